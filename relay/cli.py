@@ -1,0 +1,239 @@
+"""`relay` command line: a thin layer over the typed API.
+
+Domain errors become one line on stderr and the error's exit code; ``--traceback``
+shows the stack. Passwords never appear in output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from types import FrameType
+
+from relay import logs
+from relay.config import RelaySettings, load_settings
+from relay.errors import ConfigurationError, RelayError
+from relay.secrets import Secret, mask_text, mask_url
+
+log = logging.getLogger("relay")
+
+
+def _partition_list(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated partition numbers, got {text!r}"
+        ) from None
+
+
+def _add_connection_flags(parser: argparse.ArgumentParser, kafka: bool = True) -> None:
+    group = parser.add_argument_group("connections (flags win over RELAY_* environment)")
+    group.add_argument(
+        "--database-url", metavar="URL", help="PostgreSQL URL [RELAY_DATABASE_URL]"
+    )
+    if not kafka:
+        return
+    group.add_argument(
+        "--kafka-bootstrap-servers",
+        metavar="HOSTS",
+        help="Kafka bootstrap servers [RELAY_KAFKA_BOOTSTRAP_SERVERS]",
+    )
+    group.add_argument(
+        "-X",
+        dest="kafka_properties",
+        metavar="NAME=VALUE",
+        action="append",
+        default=[],
+        help="any librdkafka property, e.g. -X security.protocol=SASL_SSL (repeatable) "
+        "[RELAY_KAFKA_PROPERTIES='a=b;c=d']",
+    )
+    group.add_argument(
+        "--kafka-config-file",
+        metavar="FILE",
+        help="librdkafka properties file, one name=value per line [RELAY_KAFKA_CONFIG_FILE]",
+    )
+
+
+def _add_relay_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("relay")
+    group.add_argument("--batch-size", type=int, help="rows per Kafka transaction [5000]")
+    group.add_argument(
+        "--poll-interval", dest="poll_interval_s", type=float, help="seconds between polls [0.5]"
+    )
+    group.add_argument("--transactional-id-prefix", help="transactional.id = PREFIX-<partition>")
+    group.add_argument("--positions-topic", help="topic whose offsets hold the positions")
+    group.add_argument("--positions-group", help="consumer group that holds the positions")
+    group.add_argument(
+        "--no-cleanup",
+        dest="cleanup",
+        action="store_const",
+        const=False,
+        help="keep published rows in the outbox table",
+    )
+    group.add_argument(
+        "--partitions",
+        type=_partition_list,
+        help="only these relay partitions, e.g. 0,1,2 (default: all)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="relay",
+        description="Exactly-once transactional outbox relay between PostgreSQL and Kafka.",
+    )
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    parser.add_argument("--traceback", action="store_true", help="show tracebacks of errors")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser("run", help="publish committed outbox rows to Kafka")
+    run.add_argument(
+        "--once",
+        action="store_true",
+        help="publish everything committed when it started, then exit 0",
+    )
+    _add_connection_flags(run)
+    _add_relay_flags(run)
+    run.set_defaults(handler=_cmd_run)
+
+    db = commands.add_parser("db", help="database schema (Alembic migrations)")
+    db_commands = db.add_subparsers(dest="db_command", required=True, metavar="ACTION")
+    upgrade = db_commands.add_parser("upgrade", help="apply migrations")
+    upgrade.add_argument("revision", nargs="?", default="head")
+    downgrade = db_commands.add_parser("downgrade", help="revert migrations")
+    downgrade.add_argument("revision", help="target revision, e.g. base or -1")
+    current = db_commands.add_parser("current", help="show the applied revision")
+    for sub in (upgrade, downgrade, current):
+        _add_connection_flags(sub, kafka=False)
+    upgrade.set_defaults(handler=_cmd_db_upgrade)
+    downgrade.set_defaults(handler=_cmd_db_downgrade)
+    current.set_defaults(handler=_cmd_db_current)
+
+    dev = commands.add_parser("dev", help="local PostgreSQL and Kafka for development")
+    dev.add_argument("action", choices=["up", "down", "status"])
+    dev.set_defaults(handler=_cmd_dev)
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> RelaySettings:
+    fields = (
+        "database_url",
+        "kafka_bootstrap_servers",
+        "kafka_config_file",
+        "batch_size",
+        "poll_interval_s",
+        "transactional_id_prefix",
+        "positions_topic",
+        "positions_group",
+        "cleanup",
+    )
+    overrides = {name: getattr(args, name, None) for name in fields}
+    return load_settings(overrides, kafka_pairs=getattr(args, "kafka_properties", []))
+
+
+def _database_url(args: argparse.Namespace) -> Secret:
+    import os
+
+    from relay.config import check_database_url
+
+    url = args.database_url or os.environ.get("RELAY_DATABASE_URL")
+    if not url:
+        raise ConfigurationError("no database: set RELAY_DATABASE_URL or --database-url")
+    return Secret(check_database_url(url))
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from relay.relay_service import ProcessRelay
+
+    settings = _settings(args)
+    log.info("starting: %s", settings.describe())
+    relay = ProcessRelay(settings, args.partitions)
+    _stop_on_signals(relay.stop_event.set)
+    summary = relay.run(once=args.once)
+    log.info(
+        "published %d records (%s)",
+        summary.records,
+        ", ".join(f"p{r.partition}: {r.records} up to seq {r.position}" for r in summary.results),
+    )
+    return 0
+
+
+def _stop_on_signals(stop: Callable[[], None]) -> None:
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s, finishing the current batch", signal.Signals(signum).name)
+        stop()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def _cmd_db_upgrade(args: argparse.Namespace) -> int:
+    from relay.postgres import migrations
+
+    url = _database_url(args)
+    migrations.upgrade(url, args.revision)
+    log.info("database %s upgraded to %s", mask_url(url.reveal()), args.revision)
+    return 0
+
+
+def _cmd_db_downgrade(args: argparse.Namespace) -> int:
+    from relay.postgres import migrations
+
+    url = _database_url(args)
+    migrations.downgrade(url, args.revision)
+    log.info("database %s downgraded to %s", mask_url(url.reveal()), args.revision)
+    return 0
+
+
+def _cmd_db_current(args: argparse.Namespace) -> int:
+    from relay.postgres import migrations
+    from relay.postgres.database import make_engine
+
+    url = _database_url(args)
+    engine = make_engine(url, pool_size=1)
+    try:
+        current = migrations.current_revision(engine, url)
+    finally:
+        engine.dispose()
+    head = migrations.head_revision(url)
+    state = "up to date" if current == head else f"needs upgrade to {head}"
+    print(f"{current or '(empty)'} ({state})")
+    return 0
+
+
+def _cmd_dev(args: argparse.Namespace) -> int:
+    from relay import devenv
+
+    if args.action == "up":
+        print(devenv.describe(devenv.up()))
+    elif args.action == "down":
+        devenv.down()
+        print("stopped")
+    else:
+        print(devenv.status())
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logs.configure(args.log_level)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except RelayError as exc:
+        if args.traceback:
+            traceback.print_exc()
+        print(f"relay: error: {mask_text(str(exc))}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""The relay's exception tree.
+
+Every error the relay raises on purpose derives from :class:`RelayError`. The CLI turns
+one into a single line on stderr and a non-zero exit code; tracebacks only with
+``--traceback``. Errors that wrap a driver error keep the driver's code.
+"""
+
+from __future__ import annotations
+
+
+class RelayError(Exception):
+    """Root of every error the relay raises on purpose."""
+
+    exit_code: int = 1
+
+
+class ConfigurationError(RelayError):
+    """A setting is missing, malformed or unknown."""
+
+    exit_code = 2
+
+
+class DatabaseError(RelayError):
+    """PostgreSQL refused or could not be reached. ``sqlstate`` is the server's code."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, sqlstate: str | None = None) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
+class DatabaseUnreachableError(DatabaseError):
+    """No connection to PostgreSQL could be made."""
+
+
+class MigrationsNotAppliedError(DatabaseError):
+    """The database schema is not at the revision this relay needs."""
+
+
+class KafkaError(RelayError):
+    """The Kafka broker refused or could not be reached. ``code`` is librdkafka's name."""
+
+    exit_code = 4
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class BrokerUnreachableError(KafkaError):
+    """No broker answered within the time allowed."""
+
+
+class ProducerFencedError(KafkaError):
+    """Another relay instance took over this relay partition; this instance must stop."""
+
+    exit_code = 5
+
+
+class RetriableError(RelayError):
+    """A transient failure; the same work may be tried again."""

@@ -1,0 +1,1 @@
+"""Kafka edge of the relay (confluent-kafka / librdkafka)."""

@@ -1,0 +1,42 @@
+"""Turning librdkafka errors into the relay's exception tree."""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaError as LibKafkaError
+from confluent_kafka import KafkaException
+
+from relay.errors import KafkaError, ProducerFencedError, RetriableError
+
+FENCED_CODES = frozenset(
+    {
+        LibKafkaError._FENCED,
+        LibKafkaError.PRODUCER_FENCED,
+        LibKafkaError.INVALID_PRODUCER_EPOCH,
+    }
+)
+
+
+def lib_error(exc: BaseException) -> LibKafkaError | None:
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], LibKafkaError):
+        return exc.args[0]
+    return None
+
+
+def translate(exc: BaseException, doing: str, partition: int | None = None) -> Exception:
+    """The relay error for a librdkafka failure while ``doing`` something."""
+    err = lib_error(exc)
+    where = f"relay partition {partition}: " if partition is not None else ""
+    if err is None:
+        return KafkaError(f"{where}{doing} failed: {exc}")
+    text = f"{where}{doing} failed: {err.str()} ({err.name()})"
+    if err.code() in FENCED_CODES:
+        return ProducerFencedError(
+            f"{where}another relay instance took over this partition (producer fenced); "
+            "this instance stops",
+            code=err.name(),
+        )
+    if err.fatal():
+        return KafkaError(text, code=err.name())
+    if err.txn_requires_abort() or err.retriable():
+        return RetriableError(text)
+    return KafkaError(text, code=err.name())

@@ -1,0 +1,157 @@
+"""One relay partition's transactional producer, with its position in Kafka.
+
+The position of relay partition ``p`` is the committed offset of partition ``p`` of the
+positions topic, for the positions consumer group. It is written only inside the
+producer's transaction (``send_offsets_to_transaction``) and read only after
+``init_transactions()`` by a ``read_committed`` consumer, which makes the broker wait
+for any pending transactional offset commit instead of returning a stale one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from relay.config import RelaySettings
+from relay.errors import ConfigurationError, KafkaError, RetriableError
+from relay.kafka.errors import translate
+from relay.types import OutboxRecord
+
+log = logging.getLogger(__name__)
+
+# Offsets at or below this mean "nothing committed" (librdkafka's OFFSET_INVALID is -1001).
+_NO_OFFSET = 0
+_COMMIT_ATTEMPTS = 3
+
+
+def _headers(record: OutboxRecord) -> list[tuple[str, str | bytes | None]]:
+    headers: list[tuple[str, str | bytes | None]] = [
+        ("outbox-id", str(record.id).encode()),
+        ("outbox-seq", str(record.seq).encode()),
+        ("outbox-partition", str(record.partition).encode()),
+    ]
+    if record.event_type is not None:
+        headers.append(("event-type", record.event_type.encode()))
+    headers.extend(record.headers)
+    return headers
+
+
+class KafkaTransactionalPublisher:
+    """Implements :class:`relay.core.ports.TransactionalPublisher` with librdkafka."""
+
+    def __init__(self, settings: RelaySettings, partition: int) -> None:
+        self._settings = settings
+        self._partition = partition
+        self._timeout = max(settings.kafka.request_timeout_s, 30.0)
+        self._delivery_error: str | None = None
+        base = settings.kafka.client_config()
+        try:
+            self._producer = Producer(
+                {
+                    **{"linger.ms": "20", "batch.num.messages": "10000"},
+                    **base,
+                    "transactional.id": settings.transactional_id(partition),
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "partitioner": "murmur2_random",
+                    "transaction.timeout.ms": settings.kafka.transaction_timeout_ms,
+                }
+            )
+            self._positions = Consumer(
+                {
+                    **base,
+                    "group.id": settings.positions_group,
+                    "isolation.level": "read_committed",
+                    "enable.auto.commit": False,
+                }
+            )
+        except KafkaException as exc:
+            raise ConfigurationError(f"Kafka configuration rejected: {exc.args[0].str()}") from None
+        self._position_tp = TopicPartition(settings.positions_topic, partition)
+
+    def fence(self) -> int:
+        try:
+            self._producer.init_transactions(self._timeout)
+        except KafkaException as exc:
+            raise translate(exc, "init_transactions", self._partition) from None
+        try:
+            committed = self._positions.committed([self._position_tp], timeout=self._timeout)
+        except KafkaException as exc:
+            raise translate(exc, "reading the committed position", self._partition) from None
+        tp = committed[0]
+        if tp.error is not None:
+            raise KafkaError(
+                f"relay partition {self._partition}: reading the committed position failed: "
+                f"{tp.error.str()}"
+            )
+        return tp.offset if tp.offset > _NO_OFFSET else 0
+
+    def begin(self) -> None:
+        self._delivery_error = None
+        try:
+            self._producer.begin_transaction()
+        except KafkaException as exc:
+            raise translate(exc, "begin_transaction", self._partition) from None
+
+    def _on_delivery(self, err: object, _msg: object) -> None:
+        if err is not None and self._delivery_error is None:
+            self._delivery_error = str(err)
+
+    def send(self, records: Sequence[OutboxRecord]) -> None:
+        produce = self._producer.produce
+        for record in records:
+            while True:
+                try:
+                    produce(
+                        record.topic,
+                        value=record.value,
+                        key=record.key,
+                        headers=_headers(record),
+                        on_delivery=self._on_delivery,
+                    )
+                    break
+                except BufferError:
+                    self._producer.poll(0.05)
+                except KafkaException as exc:
+                    raise translate(exc, f"producing to {record.topic}", self._partition) from None
+
+    def commit(self, position: int) -> None:
+        offsets = [TopicPartition(self._settings.positions_topic, self._partition, position)]
+        try:
+            self._producer.send_offsets_to_transaction(
+                offsets, self._positions.consumer_group_metadata(), self._timeout
+            )
+        except KafkaException as exc:
+            raise self._commit_error(exc, "send_offsets_to_transaction") from None
+        for attempt in range(1, _COMMIT_ATTEMPTS + 1):
+            try:
+                self._producer.commit_transaction(self._timeout)
+                return
+            except KafkaException as exc:
+                error = self._commit_error(exc, "commit_transaction")
+                err = exc.args[0]
+                retriable_in_place = err.retriable() and not err.txn_requires_abort()
+                if not retriable_in_place or attempt == _COMMIT_ATTEMPTS:
+                    raise error from None
+                log.warning("relay partition %d: %s; retrying the commit", self._partition, error)
+
+    def _commit_error(self, exc: KafkaException, doing: str) -> Exception:
+        error = translate(exc, doing, self._partition)
+        if isinstance(error, RetriableError) and self._delivery_error is not None:
+            return RetriableError(f"{error} (first delivery error: {self._delivery_error})")
+        return error
+
+    def abort(self) -> None:
+        try:
+            self._producer.abort_transaction(self._timeout)
+        except KafkaException as exc:
+            error = translate(exc, "abort_transaction", self._partition)
+            if not isinstance(error, RetriableError):
+                raise error from None
+            log.warning("relay partition %d: %s", self._partition, error)
+
+    def close(self) -> None:
+        self._positions.close()
+        self._producer.flush(0)

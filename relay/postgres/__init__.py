@@ -1,0 +1,1 @@
+"""PostgreSQL edge of the relay (SQLAlchemy 2 + psycopg 3)."""

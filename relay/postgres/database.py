@@ -1,0 +1,51 @@
+"""Engines and the translation of driver errors into the relay's exception tree."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
+
+from relay.errors import DatabaseError, DatabaseUnreachableError
+from relay.secrets import Secret, mask_text, mask_url
+
+
+def make_engine(url: Secret, pool_size: int = 5) -> Engine:
+    return create_engine(
+        url.reveal(),
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        connect_args={"connect_timeout": 10, "application_name": "outbox-relay"},
+    )
+
+
+def translate(exc: SQLAlchemyError, url: Secret, doing: str) -> DatabaseError:
+    """One clear, password-free message with the server's SQLSTATE."""
+    orig = getattr(exc, "orig", None)
+    sqlstate = getattr(orig, "sqlstate", None)
+    detail = str(orig if orig is not None else exc).strip().splitlines()[0]
+    detail = mask_text(detail, secrets=_password(url))
+    where = mask_url(url.reveal())
+    if isinstance(exc, OperationalError) and sqlstate in (None, "08001", "08006", "57P03"):
+        return DatabaseUnreachableError(
+            f"cannot connect to PostgreSQL at {where}: {detail}", sqlstate
+        )
+    code = f" [SQLSTATE {sqlstate}]" if sqlstate else ""
+    return DatabaseError(f"{doing} failed{code}: {detail}", sqlstate)
+
+
+def _password(url: Secret) -> tuple[str, ...]:
+    password = make_url(url.reveal()).password
+    return (str(password),) if password else ()
+
+
+@contextmanager
+def database_errors(url: Secret, doing: str) -> Iterator[None]:
+    try:
+        yield
+    except (DBAPIError, OperationalError) as exc:
+        raise translate(exc, url, doing) from None

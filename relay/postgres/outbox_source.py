@@ -1,0 +1,80 @@
+"""Reading committed outbox rows of a relay partition, and housekeeping."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import Engine, text
+
+from relay.outbox import decode_headers
+from relay.postgres.database import database_errors
+from relay.secrets import Secret
+from relay.types import OutboxRecord
+
+_FETCH = text(
+    """
+    SELECT id, partition, seq, topic, key, value, event_type, headers
+    FROM outbox
+    WHERE partition = :partition AND seq > :after AND seq <= :up_to
+    ORDER BY seq
+    LIMIT :limit
+    """
+)
+_HIGH_WATER = text("SELECT coalesce(max(seq), 0) FROM outbox WHERE partition = :partition")
+_DELETE = text("DELETE FROM outbox WHERE partition = :partition AND seq <= :up_to")
+_PARTITIONS = text("SELECT partitions FROM outbox_settings")
+_MAX_SEQ = 2**63 - 1
+
+
+class PostgresOutboxSource:
+    """Implements :class:`relay.core.ports.OutboxSource` on the ``outbox`` table."""
+
+    def __init__(self, engine: Engine, url: Secret) -> None:
+        self._engine = engine
+        self._url = url
+
+    def high_water(self, partition: int) -> int:
+        with database_errors(self._url, "reading the outbox"), self._engine.connect() as conn:
+            return int(conn.execute(_HIGH_WATER, {"partition": partition}).scalar_one())
+
+    def fetch(
+        self, partition: int, after_seq: int, limit: int, up_to_seq: int | None = None
+    ) -> Sequence[OutboxRecord]:
+        params = {
+            "partition": partition,
+            "after": after_seq,
+            "up_to": _MAX_SEQ if up_to_seq is None else up_to_seq,
+            "limit": limit,
+        }
+        with database_errors(self._url, "reading the outbox"), self._engine.connect() as conn:
+            rows = conn.execute(_FETCH, params).all()
+        return [
+            OutboxRecord(
+                id=row.id,
+                partition=row.partition,
+                seq=row.seq,
+                topic=row.topic,
+                key=row.key,
+                value=row.value,
+                event_type=row.event_type,
+                headers=decode_headers(row.headers),
+            )
+            for row in rows
+        ]
+
+    def delete_published(self, partition: int, up_to_seq: int) -> int:
+        if up_to_seq <= 0:
+            return 0
+        params = {"partition": partition, "up_to": up_to_seq}
+        with (
+            database_errors(self._url, "deleting published outbox rows"),
+            self._engine.begin() as conn,
+        ):
+            result = conn.execute(_DELETE, params)
+        return int(result.rowcount)
+
+
+def relay_partitions(engine: Engine, url: Secret) -> int:
+    """How many relay partitions the outbox has (outbox_settings)."""
+    with database_errors(url, "reading outbox_settings"), engine.connect() as conn:
+        return int(conn.execute(_PARTITIONS).scalar_one())

@@ -1,0 +1,61 @@
+"""Time, deadlines and retry policy, passed into the core rather than read from globals."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def monotonic(self) -> float: ...
+
+    def wait(self, seconds: float, stop: threading.Event | None = None) -> bool:
+        """Wait ``seconds`` or until ``stop`` is set; True when stopped."""
+        ...
+
+
+class SystemClock:
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def wait(self, seconds: float, stop: threading.Event | None = None) -> bool:
+        if stop is None:
+            time.sleep(seconds)
+            return False
+        return stop.wait(seconds)
+
+
+class Deadline:
+    """One time budget shared by several calls (start-up checks, shutdown)."""
+
+    __slots__ = ("_clock", "_ends_at", "timeout")
+
+    def __init__(self, timeout: float, clock: Clock | None = None) -> None:
+        self._clock = clock or SystemClock()
+        self.timeout = timeout
+        self._ends_at = self._clock.monotonic() + timeout
+
+    def remaining(self) -> float:
+        return max(0.0, self._ends_at - self._clock.monotonic())
+
+    def expired(self) -> bool:
+        return self.remaining() <= 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Exponential back-off between attempts; ``max_attempts=None`` retries for ever."""
+
+    initial_delay_s: float = 0.2
+    max_delay_s: float = 10.0
+    multiplier: float = 2.0
+    max_attempts: int | None = 8
+
+    def delay(self, attempt: int) -> float:
+        """Delay before attempt number ``attempt`` + 1 (``attempt`` counts from 1)."""
+        return min(self.max_delay_s, self.initial_delay_s * self.multiplier ** (attempt - 1))
+
+    def gives_up_after(self, attempt: int) -> bool:
+        return self.max_attempts is not None and attempt >= self.max_attempts
