@@ -31,11 +31,9 @@ def _partition_list(text: str) -> list[int]:
         ) from None
 
 
-def _add_connection_flags(parser: argparse.ArgumentParser, kafka: bool = True) -> None:
+def add_connection_flags(parser: argparse.ArgumentParser, kafka: bool = True) -> None:
     group = parser.add_argument_group("connections (flags win over RELAY_* environment)")
-    group.add_argument(
-        "--database-url", metavar="URL", help="PostgreSQL URL [RELAY_DATABASE_URL]"
-    )
+    group.add_argument("--database-url", metavar="URL", help="PostgreSQL URL [RELAY_DATABASE_URL]")
     if not kafka:
         return
     group.add_argument(
@@ -53,13 +51,20 @@ def _add_connection_flags(parser: argparse.ArgumentParser, kafka: bool = True) -
         "[RELAY_KAFKA_PROPERTIES='a=b;c=d']",
     )
     group.add_argument(
+        "--kafka-timeout",
+        dest="kafka_timeout_s",
+        type=float,
+        metavar="SECONDS",
+        help="how long to wait for the broker at start-up [RELAY_KAFKA_TIMEOUT_S=15]",
+    )
+    group.add_argument(
         "--kafka-config-file",
         metavar="FILE",
         help="librdkafka properties file, one name=value per line [RELAY_KAFKA_CONFIG_FILE]",
     )
 
 
-def _add_relay_flags(parser: argparse.ArgumentParser) -> None:
+def add_relay_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("relay")
     group.add_argument("--batch-size", type=int, help="rows per Kafka transaction [5000]")
     group.add_argument(
@@ -97,8 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="publish everything committed when it started, then exit 0",
     )
-    _add_connection_flags(run)
-    _add_relay_flags(run)
+    add_connection_flags(run)
+    add_relay_flags(run)
     run.set_defaults(handler=_cmd_run)
 
     db = commands.add_parser("db", help="database schema (Alembic migrations)")
@@ -109,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     downgrade.add_argument("revision", help="target revision, e.g. base or -1")
     current = db_commands.add_parser("current", help="show the applied revision")
     for sub in (upgrade, downgrade, current):
-        _add_connection_flags(sub, kafka=False)
+        add_connection_flags(sub, kafka=False)
     upgrade.set_defaults(handler=_cmd_db_upgrade)
     downgrade.set_defaults(handler=_cmd_db_downgrade)
     current.set_defaults(handler=_cmd_db_current)
@@ -120,11 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _settings(args: argparse.Namespace) -> RelaySettings:
+def settings_from_args(args: argparse.Namespace) -> RelaySettings:
     fields = (
         "database_url",
         "kafka_bootstrap_servers",
         "kafka_config_file",
+        "kafka_timeout_s",
         "batch_size",
         "poll_interval_s",
         "transactional_id_prefix",
@@ -150,7 +156,7 @@ def _database_url(args: argparse.Namespace) -> Secret:
 def _cmd_run(args: argparse.Namespace) -> int:
     from relay.relay_service import ProcessRelay
 
-    settings = _settings(args)
+    settings = settings_from_args(args)
     log.info("starting: %s", settings.describe())
     relay = ProcessRelay(settings, args.partitions)
     _stop_on_signals(relay.stop_event.set)

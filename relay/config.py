@@ -216,6 +216,9 @@ def load_settings(
         transaction_timeout_ms=_positive_int(
             "RELAY_TRANSACTION_TIMEOUT_MS", str(pick("transaction_timeout_ms") or 60_000)
         ),
+        request_timeout_s=_positive_float(
+            "RELAY_KAFKA_TIMEOUT_S", str(pick("kafka_timeout_s") or 15.0)
+        ),
     )
     settings = RelaySettings(
         database_url=Secret(check_database_url(str(database_url))),

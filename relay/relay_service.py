@@ -127,9 +127,7 @@ class ProcessRelay:
         try:
             count = check_environment(self._settings, engine)
             partitions = select_partitions(self._requested, count)
-            log.info(
-                "relaying partitions %s (%s)", partitions, "once" if once else "continuously"
-            )
+            log.info("relaying partitions %s (%s)", partitions, "once" if once else "continuously")
             return self._run_partitions(engine, partitions, once)
         finally:
             engine.dispose()

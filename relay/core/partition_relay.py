@@ -16,7 +16,7 @@ import logging
 import threading
 
 from relay.core.ports import FailpointHook, OutboxSource, TransactionalPublisher
-from relay.errors import RelayError, RetriableError
+from relay.errors import ConfigurationError, RelayError, RetriableError
 from relay.timing import Clock, RetryPolicy, SystemClock
 from relay.types import BatchResult, DrainResult
 
@@ -65,7 +65,16 @@ class PartitionRelay:
 
     def start(self) -> int:
         """Fence previous owners and learn the committed position."""
-        self._position = self._publisher.fence()
+        position = self._publisher.fence()
+        assigned = self._source.last_assigned_seq()
+        if position > assigned:
+            raise ConfigurationError(
+                f"relay partition {self.partition}: the positions group says seq {position} "
+                f"was published, but this database never assigned a seq above {assigned}; "
+                "the positions group belongs to another outbox database "
+                "(set RELAY_POSITIONS_GROUP to a group of this database's own)"
+            )
+        self._position = position
         log.info("relay partition %d: fenced, position %d", self.partition, self._position)
         self._failpoints.hit("startup", self.partition)
         if self._cleanup:

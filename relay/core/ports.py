@@ -21,6 +21,10 @@ class OutboxSource(Protocol):
         """Up to ``limit`` rows with ``after_seq < seq [<= up_to_seq]``, ascending seq."""
         ...
 
+    def last_assigned_seq(self) -> int:
+        """The largest seq this database ever handed out, in any partition (0 when none)."""
+        ...
+
     def delete_published(self, partition: int, up_to_seq: int) -> int:
         """Housekeeping: remove rows with ``seq <= up_to_seq``. Returns how many."""
         ...

@@ -48,9 +48,7 @@ def topic_partitions(admin: AdminClient, topic: str, timeout: float) -> int | No
     return len(found.partitions)
 
 
-def ensure_positions_topic(
-    admin: AdminClient, topic: str, partitions: int, timeout: float
-) -> None:
+def ensure_positions_topic(admin: AdminClient, topic: str, partitions: int, timeout: float) -> None:
     """Create the positions topic (one Kafka partition per relay partition) if needed.
 
     Kafka stores committed offsets only for partitions that exist; the relay commits
@@ -67,9 +65,7 @@ def ensure_positions_topic(
         except KafkaException as exc:
             err = lib_error(exc)
             if err is None or err.code() != err.TOPIC_ALREADY_EXISTS:
-                raise KafkaError(
-                    f"cannot create positions topic {topic}: {_reason(exc)}"
-                ) from None
+                raise KafkaError(f"cannot create positions topic {topic}: {_reason(exc)}") from None
         existing = topic_partitions(admin, topic, timeout) or partitions
     if existing < partitions:
         raise ConfigurationError(

@@ -22,6 +22,7 @@ _FETCH = text(
 )
 _HIGH_WATER = text("SELECT coalesce(max(seq), 0) FROM outbox WHERE partition = :partition")
 _DELETE = text("DELETE FROM outbox WHERE partition = :partition AND seq <= :up_to")
+_LAST_ASSIGNED = text("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM outbox_seq")
 _PARTITIONS = text("SELECT partitions FROM outbox_settings")
 _MAX_SEQ = 2**63 - 1
 
@@ -61,6 +62,10 @@ class PostgresOutboxSource:
             )
             for row in rows
         ]
+
+    def last_assigned_seq(self) -> int:
+        with database_errors(self._url, "reading outbox_seq"), self._engine.connect() as conn:
+            return int(conn.execute(_LAST_ASSIGNED).scalar_one())
 
     def delete_published(self, partition: int, up_to_seq: int) -> int:
         if up_to_seq <= 0:

@@ -16,10 +16,12 @@ def record(partition: int, seq: int, key: bytes = b"k") -> OutboxRecord:
 @dataclass
 class MemoryOutbox:
     rows: dict[int, list[OutboxRecord]] = field(default_factory=dict)
+    assigned: int = 0
 
     def add(self, *records: OutboxRecord) -> None:
         for r in records:
             self.rows.setdefault(r.partition, []).append(r)
+            self.assigned = max(self.assigned, r.seq)
 
     def high_water(self, partition: int) -> int:
         return max((r.seq for r in self.rows.get(partition, [])), default=0)
@@ -30,6 +32,9 @@ class MemoryOutbox:
         limit_seq = up_to_seq if up_to_seq is not None else 2**63
         found = [r for r in self.rows.get(partition, []) if after_seq < r.seq <= limit_seq]
         return sorted(found, key=lambda r: r.seq)[:limit]
+
+    def last_assigned_seq(self) -> int:
+        return self.assigned
 
     def delete_published(self, partition: int, up_to_seq: int) -> int:
         before = self.rows.get(partition, [])

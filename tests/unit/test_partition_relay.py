@@ -97,3 +97,14 @@ def test_position_is_unknown_before_fencing() -> None:
     relay = make(MemoryOutbox(), MemoryKafka())
     with pytest.raises(RuntimeError, match="fenced"):
         _ = relay.position
+
+
+def test_a_position_beyond_the_database_is_refused() -> None:
+    from relay.errors import ConfigurationError
+
+    outbox, kafka = MemoryOutbox(), MemoryKafka()
+    outbox.add(record(0, 1))
+    kafka.positions[0] = 50  # left by another outbox database using the same group
+    with pytest.raises(ConfigurationError, match="belongs to another outbox database"):
+        make(outbox, kafka).start()
+    assert kafka.committed == []

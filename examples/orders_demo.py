@@ -1,0 +1,179 @@
+"""End-to-end demo: a service writes orders with their events, the relay publishes them,
+and a read_committed consumer shows what arrived in Kafka.
+
+    python examples/orders_demo.py         (RELAY_DATABASE_URL / RELAY_KAFKA_BOOTSTRAP_SERVERS)
+
+It creates a fresh demo database next to RELAY_DATABASE_URL's, so it never touches yours.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import sqlalchemy as sa
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+import relay
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN_ID = uuid.uuid4().hex[:8]
+TOPIC = f"demo.orders.{RUN_ID}"
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Order(Base):
+    __tablename__ = "orders"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    customer: Mapped[str]
+    total_cents: Mapped[int]
+    status: Mapped[str]
+
+
+def create_demo_database(admin_url: str) -> str:
+    name = f"relay_demo_{RUN_ID}"
+    engine = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    engine.dispose()
+    return sa.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+
+
+def ensure_topic(bootstrap: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    if TOPIC in admin.list_topics(timeout=10).topics:
+        return
+    admin.create_topics([NewTopic(TOPIC, num_partitions=3, replication_factor=1)])[TOPIC].result(30)
+
+
+def service_writes_orders(engine: sa.Engine, rng: random.Random) -> None:
+    """The 'service': each order and its event commit in one transaction."""
+    customers = ["ada", "grace", "linus", "margaret"]
+    for order_id in range(1, 9):
+        with Session(engine) as session, session.begin():
+            order = Order(
+                id=order_id,
+                customer=rng.choice(customers),
+                total_cents=rng.randint(500, 50_000),
+                status="placed",
+            )
+            session.add(order)
+            relay.publish(
+                session,
+                TOPIC,
+                key=f"order-{order_id}",
+                value={
+                    "id": order_id,
+                    "customer": order.customer,
+                    "total_cents": order.total_cents,
+                    "status": "placed",
+                },
+                event_type="OrderPlaced",
+            )
+    # An order that fails validation: its transaction rolls back and no event exists.
+    try:
+        with Session(engine) as session, session.begin():
+            session.add(Order(id=99, customer="mallory", total_cents=-1, status="placed"))
+            relay.publish(session, TOPIC, "order-99", {"id": 99}, event_type="OrderPlaced")
+            raise ValueError("negative total")
+    except ValueError:
+        print("order 99 rejected: its transaction rolled back, so no event was written")
+    with Session(engine) as session, session.begin():
+        order = session.get_one(Order, 3)
+        order.status = "shipped"
+        relay.publish(
+            session, TOPIC, "order-3", {"id": 3, "status": "shipped"}, event_type="OrderShipped"
+        )
+
+
+def read_events(bootstrap: str) -> list[tuple[int, int, str, str, str]]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"demo-{uuid.uuid4().hex}",
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    partitions = consumer.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions
+    consumer.assign([TopicPartition(TOPIC, p, 0) for p in partitions])
+    pending, events = set(partitions), []
+    deadline = time.monotonic() + 30
+    while pending and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is None:
+            continue
+        if msg.error():
+            if msg.error().code() == KafkaError._PARTITION_EOF:
+                pending.discard(msg.partition())
+            continue
+        headers = dict(msg.headers() or [])
+        events.append(
+            (
+                msg.partition(),
+                msg.offset(),
+                msg.key().decode(),
+                headers["event-type"].decode(),
+                msg.value().decode(),
+            )
+        )
+    consumer.close()
+    return events
+
+
+def main() -> int:
+    admin_url = os.environ["RELAY_DATABASE_URL"]
+    bootstrap = os.environ["RELAY_KAFKA_BOOTSTRAP_SERVERS"]
+    database_url = create_demo_database(admin_url)
+    env = {
+        **os.environ,
+        "RELAY_DATABASE_URL": database_url,
+        "RELAY_TRANSACTIONAL_ID_PREFIX": f"demo-{RUN_ID}",
+        "RELAY_POSITIONS_GROUP": f"demo-{RUN_ID}-positions",
+    }
+    relay_cli = [sys.executable, "-m", "relay.cli"]
+    print("1. migrations:  relay db upgrade")
+    subprocess.run([*relay_cli, "db", "upgrade"], env=env, check=True, cwd=ROOT)
+    engine = sa.create_engine(database_url)
+    Base.metadata.create_all(engine)
+    ensure_topic(bootstrap)
+
+    print("2. the service writes orders and their events in one transaction each")
+    service_writes_orders(engine, random.Random(1))
+    with engine.connect() as conn:
+        pending = conn.execute(sa.text("SELECT count(*) FROM outbox")).scalar_one()
+    print(f"   outbox rows waiting: {pending}")
+
+    print("3. the relay publishes them:  relay run --once")
+    subprocess.run(
+        [*relay_cli, "--log-level", "WARNING", "run", "--once"], env=env, check=True, cwd=ROOT
+    )
+
+    print(f"4. a read_committed consumer reads topic {TOPIC}:")
+    print(f"   {'partition':>9} {'offset':>6}  {'key':<9} {'event':<13} value")
+    events = read_events(bootstrap)
+    for partition, offset, key, event_type, value in events:
+        print(f"   {partition:>9} {offset:>6}  {key:<9} {event_type:<13} {value}")
+    engine.dispose()
+    print(
+        f"{len(events)} events in Kafka, {pending} committed: "
+        + ("exactly once" if len(events) == pending else "MISMATCH")
+    )
+    return 0 if len(events) == pending else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

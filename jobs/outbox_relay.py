@@ -1,0 +1,118 @@
+"""Spark job: publish the outbox to Kafka, one Spark task per relay partition.
+
+    spark-submit jobs/outbox_relay.py [--master local[*]] [--partitions 0,1] [relay flags]
+    python jobs/outbox_relay.py ...            (same, with the pip-installed PySpark)
+
+Settings come from the same RELAY_* variables and flags as `relay run`. Each task fences
+its relay partition, reads the committed position from Kafka and publishes everything
+committed up to when the task started, in Kafka transactions that carry the position.
+A failed, re-run or speculative task is therefore harmless: a second attempt fences the
+first and continues from the position the first committed. The job exits 0 when every
+partition is drained, non-zero with one clear line otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import sys
+import time
+from collections.abc import Sequence
+
+from relay import logs
+from relay.cli import add_connection_flags, add_relay_flags, settings_from_args
+from relay.config import RelaySettings
+from relay.errors import RelayError
+from relay.postgres.database import make_engine
+from relay.relay_service import check_environment, drain_partition, select_partitions
+from relay.secrets import mask_text
+
+log = logging.getLogger("relay.jobs.outbox_relay")
+
+_TASK_ERROR = re.compile(r"(relay\.[\w.]*Error): ([^\n]*)")
+
+
+def run_task(settings: RelaySettings, partition: int) -> tuple[int, int, int, int]:
+    """What one Spark task runs: (partition, records, batches, position)."""
+    logs.configure("INFO")
+    result = drain_partition(settings, partition)
+    return (result.partition, result.records, result.batches, result.position)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="outbox_relay", description=__doc__.split("\n")[0])
+    parser.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
+    parser.add_argument("--log-level", default="INFO")
+    add_connection_flags(parser)
+    add_relay_flags(parser)
+    return parser.parse_args(argv)
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    logs.configure(args.log_level)
+    settings = settings_from_args(args)
+    engine = make_engine(settings.database_url, pool_size=1)
+    try:
+        partitions = select_partitions(args.partitions, check_environment(settings, engine))
+    finally:
+        engine.dispose()
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark import SparkConf
+    from pyspark.sql import SparkSession
+
+    conf = SparkConf().setAppName("outbox-relay")
+    if args.master:
+        conf.setMaster(args.master)
+    elif not conf.contains("spark.master"):
+        conf.setMaster("local[*]")
+    spark = SparkSession.builder.config(conf=conf).getOrCreate()
+    started = time.monotonic()
+    try:
+        results = (
+            spark.sparkContext.parallelize(partitions, len(partitions))
+            .map(lambda p: run_task(settings, p))
+            .collect()
+        )
+    finally:
+        spark.stop()
+    elapsed = time.monotonic() - started
+    total = sum(r[1] for r in results)
+    for partition, records, batches, position in sorted(results):
+        log.info(
+            "relay partition %d: %d records in %d batches, position %d",
+            partition,
+            records,
+            batches,
+            position,
+        )
+    log.info(
+        "published %d records from %d relay partitions in %.1f s (%.0f records/s)",
+        total,
+        len(results),
+        elapsed,
+        total / elapsed if elapsed else 0.0,
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return run(argv)
+    except RelayError as exc:
+        print(f"outbox_relay: error: {mask_text(str(exc))}", file=sys.stderr)
+        return exc.exit_code
+    except Exception as exc:
+        # A task's RelayError reaches the driver wrapped in Spark's job failure.
+        found = _TASK_ERROR.search(str(exc))
+        if found is None:
+            raise
+        print(f"outbox_relay: error: a task failed: {mask_text(found[2])}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""I1: outbox rows commit and roll back with the caller's business rows."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.pool import NullPool
+
+import relay
+from relay.partitioning import partition_of
+from tests.integration.support import (
+    RelayTestEnv,
+    assert_exactly_once_in_order,
+    read_committed,
+    run_relay,
+)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Order(Base):
+    __tablename__ = "orders"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    total: Mapped[int]
+
+
+def test_rolled_back_transaction_publishes_nothing(relay_env: RelayTestEnv, topic: str) -> None:
+    engine = sa.create_engine(relay_env.database_url, poolclass=NullPool)
+    Base.metadata.create_all(engine)
+    with Session(engine) as session, session.begin():
+        session.add(Order(id=1, total=10))
+        relay.publish(session, topic, "order-1", {"id": 1, "total": 10}, event_type="OrderPlaced")
+    with pytest.raises(RuntimeError), Session(engine) as session, session.begin():
+        session.add(Order(id=2, total=20))
+        relay.publish(session, topic, "order-2", {"id": 2, "total": 20})
+        raise RuntimeError("the service fails after writing")
+    with engine.connect() as conn:  # Core connection, explicit rollback
+        conn.execute(sa.insert(Order.__table__), {"id": 3, "total": 30})
+        relay.publish(conn, topic, "order-3", b"raw bytes")
+        conn.rollback()
+    with engine.begin() as conn:
+        conn.execute(sa.insert(Order.__table__), {"id": 4, "total": 40})
+        relay.publish(conn, topic, b"order-4", b"\x00\x01", headers={"trace": "abc"})
+    committed = {int(r[0]) for r in relay_env.sql("SELECT id FROM outbox")}
+    assert len(committed) == 2
+    engine.dispose()
+
+    result = run_relay(relay_env, "run", "--once")
+    assert result.returncode == 0, result.stderr
+
+    consumed = read_committed(relay_env.bootstrap_servers, topic)
+    assert_exactly_once_in_order(consumed, committed)
+    by_key = {r.key: r for r in consumed}
+    assert set(by_key) == {b"order-1", b"order-4"}
+    assert by_key[b"order-1"].value == b'{"id":1,"total":10}'
+    assert by_key[b"order-1"].headers["event-type"] == b"OrderPlaced"
+    assert by_key[b"order-4"].headers["trace"] == b"abc"
+    assert by_key[b"order-4"].value == b"\x00\x01"
+    assert relay_env.sql("SELECT count(*) FROM outbox") == [(0,)]
+
+
+def test_partition_assignment_matches_the_python_function(relay_env: RelayTestEnv) -> None:
+    keys = [f"key-{i}".encode() for i in range(200)]
+    engine = sa.create_engine(relay_env.database_url, poolclass=NullPool)
+    with engine.begin() as conn:
+        relay.publish_many(conn, [relay.Event("t", k, None) for k in keys])
+    rows = relay_env.sql("SELECT key, partition, seq FROM outbox ORDER BY id")
+    engine.dispose()
+    assert [bytes(r[0]) for r in rows] == keys  # type: ignore[arg-type]
+    assert all(r[1] == partition_of(bytes(r[0]), 4) for r in rows)  # type: ignore[arg-type]
+    assert len({r[1] for r in rows}) == 4
+    seqs = [r[2] for r in rows]
+    assert all(s is not None for s in seqs) and seqs == sorted(seqs)  # type: ignore[type-var]
+
+
+@pytest.mark.parametrize(
+    ("topic_name", "value", "message"),
+    [
+        ("bad topic!", b"x", "invalid Kafka topic name"),
+        ("ok", {1, 2}, "JSON-serialisable"),
+    ],
+)
+def test_invalid_events_are_refused_before_anything_is_written(
+    relay_env: RelayTestEnv, topic_name: str, value: object, message: str
+) -> None:
+    engine = sa.create_engine(relay_env.database_url, poolclass=NullPool)
+    with engine.begin() as conn, pytest.raises(relay.InvalidEventError, match=message):
+        relay.publish(conn, topic_name, "k", value)
+    engine.dispose()
+    assert relay_env.sql("SELECT count(*) FROM outbox") == [(0,)]

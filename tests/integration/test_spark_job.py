@@ -1,0 +1,66 @@
+"""The Spark job: relay partitions as Spark tasks, in local mode."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.integration.support import (
+    PROJECT_ROOT,
+    RelayTestEnv,
+    assert_exactly_once_in_order,
+    read_committed,
+)
+from tests.integration.writes import write_events
+
+JOB = PROJECT_ROOT / "jobs" / "outbox_relay.py"
+
+
+def run_job(env: RelayTestEnv, *args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(JOB), *args],
+        env=env.env(**extra_env),
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_spark_job_publishes_four_relay_partitions_exactly_once(
+    relay_env: RelayTestEnv, topic: str, tmp_path: Path
+) -> None:
+    first_batch = write_events(relay_env.database_url, topic, 2000)
+    # Spark may run each task twice (local[4,2]): the first attempt of one task fails
+    # after its first Kafka commit, before the outbox clean-up, and Spark re-runs it.
+    result = run_job(
+        relay_env,
+        "--master",
+        "local[4,2]",
+        "--batch-size",
+        "200",
+        RELAY_FAILPOINTS=f"after_commit=raise,partition=2,once={tmp_path / 'failed-once'}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "failed-once").exists(), "the task failure was never injected"
+    assert "FailpointError" in result.stderr  # Spark saw the task fail and re-ran it
+    assert_exactly_once_in_order(read_committed(relay_env.bootstrap_servers, topic), first_batch)
+    assert relay_env.sql("SELECT count(*) FROM outbox") == [(0,)]
+
+    # A scheduled rerun publishes only what was committed since.
+    second_batch = write_events(relay_env.database_url, topic, 300) - first_batch
+    again = run_job(relay_env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert_exactly_once_in_order(
+        read_committed(relay_env.bootstrap_servers, topic), first_batch | second_batch
+    )
+
+
+def test_spark_job_fails_fast_on_bad_configuration(relay_env: RelayTestEnv) -> None:
+    result = run_job(
+        relay_env, RELAY_KAFKA_BOOTSTRAP_SERVERS="127.0.0.1:1", RELAY_KAFKA_TIMEOUT_S="3"
+    )
+    assert result.returncode == 4
+    assert "no Kafka broker answered at 127.0.0.1:1" in result.stderr
