@@ -1,0 +1,49 @@
+"""Local PostgreSQL + Kafka (KRaft) servers for development, tests and CI.
+
+``up()`` starts (or reuses) both servers under a working directory (``$RELAY_DEV_DIR``,
+default ``./.relay-dev``) and returns their :class:`Endpoints`; ``down()`` stops them.
+``python -m relay.devenv up|down|status`` does the same from a shell.
+"""
+
+from .common import DevEnvError, Ports, configured_ports, resolve_workdir
+from .env import (
+    DevEnvStatus,
+    Endpoints,
+    ServiceStatus,
+    describe,
+    describe_endpoints,
+    describe_status,
+    down,
+    env_file,
+    mask_url,
+    status,
+    up,
+)
+from .kafka import kafka_pid, restart_kafka, start_kafka, stop_kafka
+from .postgres import postgres_pid, restart_postgres, start_postgres, stop_postgres
+
+__all__ = [
+    "DevEnvError",
+    "DevEnvStatus",
+    "Endpoints",
+    "Ports",
+    "ServiceStatus",
+    "configured_ports",
+    "describe",
+    "describe_endpoints",
+    "describe_status",
+    "down",
+    "env_file",
+    "kafka_pid",
+    "mask_url",
+    "postgres_pid",
+    "resolve_workdir",
+    "restart_kafka",
+    "restart_postgres",
+    "start_kafka",
+    "start_postgres",
+    "status",
+    "stop_kafka",
+    "stop_postgres",
+    "up",
+]

@@ -1,0 +1,212 @@
+"""``up``/``down``/``status`` of the whole development environment (PostgreSQL + Kafka)."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import kafka, postgres
+from .common import (
+    DEFAULT_TIMEOUT,
+    DevEnvError,
+    Ports,
+    configured_ports,
+    resolve_workdir,
+    workdir_lock,
+)
+
+log = logging.getLogger("relay.devenv")
+
+ENV_FILE_NAME = "env"
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoints:
+    """How to reach the development servers."""
+
+    database_url: str
+    """SQLAlchemy URL (``postgresql+psycopg://``) of the ``relay`` database."""
+    bootstrap_servers: str
+    """Kafka ``bootstrap.servers``."""
+    admin_database_url: str
+    """URL of a role that may CREATE/DROP DATABASE, connected to a maintenance database."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceStatus:
+    name: str
+    pid: int | None
+    address: str
+    answering: bool
+
+    @property
+    def running(self) -> bool:
+        return self.pid is not None
+
+
+@dataclass(frozen=True, slots=True)
+class DevEnvStatus:
+    workdir: Path
+    postgres: ServiceStatus
+    kafka: ServiceStatus
+    endpoints: Endpoints
+
+    @property
+    def up(self) -> bool:
+        """Both servers are running and answering."""
+        return self.postgres.answering and self.kafka.answering
+
+    def __str__(self) -> str:
+        return describe_status(self)
+
+
+def endpoints_for(pg_port: int, kafka_port: int) -> Endpoints:
+    return Endpoints(
+        database_url=postgres.database_url(pg_port),
+        bootstrap_servers=kafka.bootstrap_servers(kafka_port),
+        admin_database_url=postgres.database_url(pg_port, "postgres"),
+    )
+
+
+def env_file(workdir: Path | None = None) -> Path:
+    """Shell file with ``export RELAY_...=`` lines for the running servers."""
+    return resolve_workdir(workdir) / ENV_FILE_NAME
+
+
+def _write_env_file(path: Path, endpoints: Endpoints) -> None:
+    text = (
+        "# Connection settings of the relay development servers (written by `relay.devenv up`).\n"
+        f"export RELAY_DATABASE_URL='{endpoints.database_url}'\n"
+        f"export RELAY_ADMIN_DATABASE_URL='{endpoints.admin_database_url}'\n"
+        f"export RELAY_KAFKA_BOOTSTRAP_SERVERS='{endpoints.bootstrap_servers}'\n"
+    )
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.chmod(0o600)
+    tmp.replace(path)
+
+
+def _warn_port_drift(what: str, running: int, wanted: int) -> None:
+    if running != wanted:
+        log.warning("%s is already running on port %d (not %d as configured); reusing it; "
+                    "run `down` first to move it", what, running, wanted)
+
+
+def up(workdir: Path | None = None, *, timeout: float = DEFAULT_TIMEOUT) -> Endpoints:
+    """Make sure PostgreSQL and Kafka of ``workdir`` (default ``$RELAY_DEV_DIR`` or
+    ``./.relay-dev``) are running and answering, starting whatever is not; idempotent.
+
+    Raises DevEnvError (with the tail of the server log) if a server cannot be started
+    within ``timeout`` seconds each."""
+    wd = resolve_workdir(workdir)
+    started = time.monotonic()
+    with workdir_lock(wd):
+        wanted = configured_ports()
+        if postgres.postgres_pid(wd) is not None:
+            _warn_port_drift("PostgreSQL", postgres.postgres_port(wd), wanted.postgres)
+        if kafka.kafka_pid(wd) is not None:
+            running = kafka.kafka_ports(wd)
+            _warn_port_drift("Kafka", running.kafka, wanted.kafka)
+        database_url = postgres.start_postgres(wd, port=wanted.postgres, timeout=timeout)
+        bootstrap = kafka.start_kafka(wd, ports=wanted, timeout=timeout)
+        pg_port = postgres.postgres_port(wd)
+        endpoints = Endpoints(
+            database_url=database_url,
+            bootstrap_servers=bootstrap,
+            admin_database_url=postgres.database_url(pg_port, "postgres"),
+        )
+        _write_env_file(env_file(wd), endpoints)
+    log.info("development servers up in %.1fs", time.monotonic() - started)
+    return endpoints
+
+
+def down(workdir: Path | None = None, *, timeout: float = 30.0) -> None:
+    """Stop the broker and the database of ``workdir``; idempotent."""
+    wd = resolve_workdir(workdir)
+    if not wd.is_dir():
+        return
+    with workdir_lock(wd):
+        errors: list[str] = []
+        try:
+            kafka.stop_kafka(wd, timeout=timeout)
+        except DevEnvError as exc:
+            errors.append(str(exc))
+        try:
+            postgres.stop_postgres(wd, timeout=max(timeout, 60.0))
+        except DevEnvError as exc:
+            errors.append(str(exc))
+        if errors:
+            raise DevEnvError("\n".join(errors))
+
+
+def status(workdir: Path | None = None) -> DevEnvStatus:
+    """Whether the servers of ``workdir`` are running and answering (starts nothing)."""
+    wd = resolve_workdir(workdir)
+    pg_pid = postgres.postgres_pid(wd)
+    pg_port = postgres.postgres_port(wd)
+    k_pid = kafka.kafka_pid(wd)
+    k_ports: Ports = kafka.kafka_ports(wd)
+    return DevEnvStatus(
+        workdir=wd,
+        postgres=ServiceStatus(
+            name="PostgreSQL",
+            pid=pg_pid,
+            address=f"127.0.0.1:{pg_port}",
+            answering=pg_pid is not None and postgres.postgres_answering(pg_port),
+        ),
+        kafka=ServiceStatus(
+            name="Kafka",
+            pid=k_pid,
+            address=kafka.bootstrap_servers(k_ports.kafka),
+            answering=k_pid is not None and kafka.kafka_answering(k_ports.kafka),
+        ),
+        endpoints=endpoints_for(pg_port, k_ports.kafka),
+    )
+
+
+# --- human-readable output (returned as strings; the CLI prints them) ------------------------
+
+
+def mask_url(url: str) -> str:
+    """``url`` with its password replaced by ``***``."""
+    return re.sub(r"^([a-z0-9+.-]+://[^:/@]*:)[^@]*@", r"\1***@", url, flags=re.IGNORECASE)
+
+
+def _display_path(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def describe_endpoints(endpoints: Endpoints, workdir: Path | None = None) -> str:
+    """Connection settings with masked passwords, plus how to load the real ones."""
+    return "\n".join([
+        f"RELAY_DATABASE_URL={mask_url(endpoints.database_url)}",
+        f"RELAY_ADMIN_DATABASE_URL={mask_url(endpoints.admin_database_url)}",
+        f"RELAY_KAFKA_BOOTSTRAP_SERVERS={endpoints.bootstrap_servers}",
+        f"# to export them (with the password): source {_display_path(env_file(workdir))}",
+    ])
+
+
+def describe_status(st: DevEnvStatus) -> str:
+    lines = [f"workdir: {st.workdir}"]
+    for svc in (st.postgres, st.kafka):
+        if svc.pid is None:
+            state = "stopped"
+        else:
+            state = f"running (pid {svc.pid}), {'answering' if svc.answering else 'NOT answering'}"
+        lines.append(f"{svc.name + ':':12}{svc.address}  {state}")
+    if st.up:
+        lines.append(describe_endpoints(st.endpoints, st.workdir))
+    return "\n".join(lines)
+
+
+def describe(what: Endpoints | DevEnvStatus, workdir: Path | None = None) -> str:
+    """Human-readable (password-masked) text for the result of ``up()`` or ``status()``."""
+    if isinstance(what, DevEnvStatus):
+        return describe_status(what)
+    return describe_endpoints(what, workdir)

@@ -1,0 +1,152 @@
+"""Shared fixtures: the PostgreSQL server and Kafka broker the integration tests run against.
+
+By default ``relay.devenv.up()`` starts (or reuses) the local development servers in
+``<rootdir>/.relay-dev`` (or ``$RELAY_DEV_DIR``); they are left running for the next run
+(``python -m relay.devenv down`` stops them, as does ``RELAY_TEST_STOP_SERVICES=1``).
+Set ``RELAY_TEST_DATABASE_URL`` and ``RELAY_TEST_KAFKA_BOOTSTRAP_SERVERS`` to test against
+servers of your own instead; the database role must be allowed to CREATE DATABASE.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+from psycopg import sql
+from sqlalchemy.engine import URL, make_url
+
+from relay import devenv
+from relay.devenv import Endpoints
+
+_INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "integration: needs the real PostgreSQL server and Kafka broker"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _INTEGRATION_DIR in Path(item.path).resolve().parents:
+            item.add_marker(pytest.mark.integration)
+
+
+def _external_endpoints() -> Endpoints | None:
+    db = os.environ.get("RELAY_TEST_DATABASE_URL", "")
+    kafka = os.environ.get("RELAY_TEST_KAFKA_BOOTSTRAP_SERVERS", "")
+    if bool(db) != bool(kafka):
+        raise pytest.UsageError(
+            "set both RELAY_TEST_DATABASE_URL and RELAY_TEST_KAFKA_BOOTSTRAP_SERVERS, or neither"
+        )
+    if not db:
+        return None
+    return Endpoints(database_url=db, bootstrap_servers=kafka, admin_database_url=db)
+
+
+@pytest.fixture(scope="session")
+def devenv_workdir(pytestconfig: pytest.Config) -> Path | None:
+    """Working directory of the local development servers, or None when the tests run
+    against external servers (``RELAY_TEST_*`` set)."""
+    if _external_endpoints() is not None:
+        return None
+    if os.environ.get("RELAY_DEV_DIR"):
+        return devenv.resolve_workdir()
+    return devenv.resolve_workdir(pytestconfig.rootpath / ".relay-dev")
+
+
+@pytest.fixture(scope="session")
+def endpoints(devenv_workdir: Path | None) -> Iterator[Endpoints]:
+    external = _external_endpoints()
+    if external is not None:
+        yield external
+        return
+    yield devenv.up(devenv_workdir)
+    if os.environ.get("RELAY_TEST_STOP_SERVICES") == "1":
+        devenv.down(devenv_workdir)
+
+
+@pytest.fixture(scope="session")
+def bootstrap_servers(endpoints: Endpoints) -> str:
+    return endpoints.bootstrap_servers
+
+
+def _libpq_url(url: URL) -> str:
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+@pytest.fixture
+def database_url(endpoints: Endpoints) -> Iterator[str]:
+    """SQLAlchemy URL of a fresh, empty database that is dropped after the test."""
+    name = f"test_{uuid.uuid4().hex}"
+    target = make_url(endpoints.database_url).set(database=name)
+    admin = _libpq_url(make_url(endpoints.admin_database_url))
+    create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+    if target.username:
+        create += sql.SQL(" OWNER {}").format(sql.Identifier(target.username))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(create)
+    try:
+        yield target.render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+@pytest.fixture(scope="session")
+def kafka_admin(bootstrap_servers: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap_servers})
+
+
+def _wait_for_topic(admin: AdminClient, name: str, partitions: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        topic = admin.list_topics(topic=name, timeout=10).topics.get(name)
+        if (
+            topic is not None
+            and topic.error is None
+            and len(topic.partitions) == partitions
+            and all(p.leader >= 0 for p in topic.partitions.values())
+        ):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topic {name} has no leaders for all partitions after {timeout}s")
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def make_topic(kafka_admin: AdminClient) -> Iterator[Callable[..., str]]:
+    """``make_topic(name=None, partitions=1) -> str`` creates a topic and waits until every
+    partition has a leader. ``name`` is a prefix: a unique suffix is always appended, so
+    reruns against a reused broker never collide. Topics are deleted after the test."""
+    created: list[str] = []
+
+    def make(name: str | None = None, partitions: int = 1) -> str:
+        topic = f"{name or 'test'}-{uuid.uuid4().hex[:12]}"
+        futures = kafka_admin.create_topics(
+            [NewTopic(topic, num_partitions=partitions, replication_factor=-1)],
+            operation_timeout=30,
+        )
+        futures[topic].result(timeout=60)
+        created.append(topic)
+        _wait_for_topic(kafka_admin, topic, partitions, timeout=30)
+        return topic
+
+    yield make
+    if created:
+        for future in kafka_admin.delete_topics(created, operation_timeout=30).values():
+            # best effort: a leftover uniquely named topic harms nobody
+            with contextlib.suppress(KafkaException):
+                future.result(timeout=30)
