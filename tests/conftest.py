@@ -85,17 +85,45 @@ def _libpq_url(url: URL) -> str:
     return url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
+def _create_test_role(
+    conn: psycopg.Connection[tuple[object, ...]], role: str, password: str
+) -> bool:
+    """Create a login role just for one test (so that e.g. ``ALTER ROLE CURRENT_USER`` in a
+    test cannot break the shared role); False if the admin role may not create roles."""
+    try:
+        with conn.transaction():
+            conn.execute(
+                sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                    sql.Identifier(role), sql.Literal(password)
+                )
+            )
+            # PG15 needs membership to make the role own a database (and PG16+ to drop it).
+            conn.execute(sql.SQL("GRANT {} TO CURRENT_USER").format(sql.Identifier(role)))
+    except psycopg.errors.InsufficientPrivilege:
+        return False
+    return True
+
+
 @pytest.fixture
 def database_url(endpoints: Endpoints) -> Iterator[str]:
-    """SQLAlchemy URL of a fresh, empty database that is dropped after the test."""
+    """SQLAlchemy URL of a fresh, empty database that is dropped after the test.
+
+    Where the admin role may create roles (always with the local servers), the database is
+    owned by a fresh role of its own that the URL logs in as, dropped with the database."""
     name = f"test_{uuid.uuid4().hex}"
-    target = make_url(endpoints.database_url).set(database=name)
+    password = uuid.uuid4().hex
+    base = make_url(endpoints.database_url)
     admin = _libpq_url(make_url(endpoints.admin_database_url))
-    create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
-    if target.username:
-        create += sql.SQL(" OWNER {}").format(sql.Identifier(target.username))
     with psycopg.connect(admin, autocommit=True) as conn:
+        own_role = _create_test_role(conn, name, password)
+        owner = name if own_role else base.username
+        create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+        if owner:
+            create += sql.SQL(" OWNER {}").format(sql.Identifier(owner))
         conn.execute(create)
+    target = base.set(database=name)
+    if own_role:
+        target = target.set(username=name, password=password)
     try:
         yield target.render_as_string(hide_password=False)
     finally:
@@ -103,6 +131,8 @@ def database_url(endpoints: Endpoints) -> Iterator[str]:
             conn.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
+            if own_role:
+                conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
 
 
 @pytest.fixture(scope="session")

@@ -324,6 +324,17 @@ def _bootstrap(paths: _Paths, port: int) -> None:
             )
 
 
+def _repair_role(paths: _Paths, port: int) -> None:
+    """Restore the ``relay`` role/password/database if something (e.g. a test running
+    ``ALTER ROLE CURRENT_USER PASSWORD ...``) changed them; best effort."""
+    try:
+        _bootstrap(paths, port)
+    except psycopg.Error as exc:
+        log.debug("could not refresh the relay role: %s", exc)
+    else:
+        log.info("refreshed the relay role and password of the running PostgreSQL")
+
+
 def start_postgres(
     workdir: Path | None = None, *, port: int | None = None, timeout: float = DEFAULT_TIMEOUT
 ) -> str:
@@ -333,6 +344,8 @@ def start_postgres(
     with workdir_lock(wd):
         if postgres_pid(wd) is not None:
             running_port = postgres_port(wd)
+            if not postgres_answering(running_port):
+                _repair_role(_paths(wd), running_port)
             if not wait_for(lambda: postgres_answering(running_port), timeout, interval=0.5):
                 raise failure(
                     f"PostgreSQL in {wd} is running but not answering on port {running_port}",
