@@ -20,6 +20,8 @@ from relay.kafka.errors import translate
 from relay.types import OutboxRecord
 
 log = logging.getLogger(__name__)
+# librdkafka's own log lines go through logging (and its secret filter), not raw stderr.
+_librdkafka_log = logging.getLogger("relay.librdkafka")
 
 # Offsets at or below this mean "nothing committed" (librdkafka's OFFSET_INVALID is -1001).
 _NO_OFFSET = 0
@@ -57,7 +59,8 @@ class KafkaTransactionalPublisher:
                     "acks": "all",
                     "partitioner": "murmur2_random",
                     "transaction.timeout.ms": settings.kafka.transaction_timeout_ms,
-                }
+                },
+                logger=_librdkafka_log,
             )
             self._positions = Consumer(
                 {
@@ -65,7 +68,8 @@ class KafkaTransactionalPublisher:
                     "group.id": settings.positions_group,
                     "isolation.level": "read_committed",
                     "enable.auto.commit": False,
-                }
+                },
+                logger=_librdkafka_log,
             )
         except KafkaException as exc:
             raise ConfigurationError(f"Kafka configuration rejected: {exc.args[0].str()}") from None
@@ -153,5 +157,9 @@ class KafkaTransactionalPublisher:
             log.warning("relay partition %d: %s", self._partition, error)
 
     def close(self) -> None:
-        self._positions.close()
-        self._producer.flush(0)
+        """Release the clients; never raises (a fenced producer refuses to flush)."""
+        for release in (self._positions.close, lambda: self._producer.flush(0)):
+            try:
+                release()
+            except KafkaException as exc:
+                log.debug("relay partition %d: closing: %s", self._partition, exc)
