@@ -8,14 +8,7 @@ socket, inside the cluster's directory, trusts local users and is only used to b
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
-import pwd
-import shutil
-import subprocess
-import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
@@ -38,16 +31,23 @@ from .common import (
     workdir_lock,
     write_state,
 )
+from .pg_cluster import (
+    SUPERUSER,
+    ClusterPaths,
+    cluster_paths,
+    initdb,
+    os_user,
+    pg_bindir,
+    prepare_root,
+    run_as,
+    write_config,
+)
 
 log = logging.getLogger("relay.devenv.postgres")
 
 DB_USER = "relay"
 DB_PASSWORD = "relay"  # noqa: S105 - fixed password of a loopback-only dev server
 DB_NAME = "relay"
-SUPERUSER = "postgres"
-ENV_OS_USER = "RELAY_DEV_PG_OS_USER"
-ENV_BINDIR = "RELAY_DEV_PG_BINDIR"
-_CONF_NAME = "relay-dev.conf"
 _STATE_KEY = "postgres_port"
 
 
@@ -56,171 +56,12 @@ def database_url(port: int, dbname: str = DB_NAME) -> str:
     return f"postgresql+psycopg://{DB_USER}:{DB_PASSWORD}@{LOOPBACK}:{port}/{dbname}"
 
 
-# --- binaries and OS user ------------------------------------------------------------------
-
-
-def _version_key(path: Path) -> tuple[int, ...]:
-    name = path.parent.name
-    return tuple(int(p) for p in name.split(".") if p.isdigit())
-
-
-def pg_bindir() -> Path:
-    """Directory holding ``initdb``, ``pg_ctl`` and ``postgres``: ``$RELAY_DEV_PG_BINDIR``,
-    else the one on PATH, else the newest ``/usr/lib/postgresql/<version>/bin`` (Debian)."""
-    needed = ("initdb", "pg_ctl", "postgres")
-    candidates: list[Path] = []
-    env = os.environ.get(ENV_BINDIR)
-    if env:
-        candidates.append(Path(env))
-    on_path = shutil.which("pg_ctl")
-    if on_path:
-        candidates.append(Path(on_path).resolve().parent)
-    debian = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=_version_key, reverse=True)
-    candidates.extend(debian)
-    candidates.append(Path("/usr/local/pgsql/bin"))
-    for cand in candidates:
-        if all(os.access(cand / exe, os.X_OK) for exe in needed):
-            return cand
-    raise DevEnvError(
-        "PostgreSQL server binaries (initdb, pg_ctl, postgres) not found on PATH or in "
-        "/usr/lib/postgresql/*/bin; install them (Debian: apt-get install postgresql) "
-        f"or set {ENV_BINDIR}"
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class _OsUser:
-    name: str
-    uid: int
-    gid: int
-    home: str
-
-    @property
-    def is_self(self) -> bool:
-        return self.uid == os.geteuid()
-
-
-def _os_user() -> _OsUser:
-    if os.geteuid() != 0:
-        entry = pwd.getpwuid(os.geteuid())
-    else:
-        name = os.environ.get(ENV_OS_USER, "postgres")
-        try:
-            entry = pwd.getpwnam(name)
-        except KeyError:
-            raise DevEnvError(
-                f"running as root, but there is no '{name}' user to run PostgreSQL as "
-                f"(PostgreSQL refuses root); create one (useradd --system {name}) "
-                f"or set {ENV_OS_USER}"
-            ) from None
-        if entry.pw_uid == 0:
-            raise DevEnvError(f"{ENV_OS_USER}={name} is root; PostgreSQL refuses to run as root")
-    return _OsUser(entry.pw_name, entry.pw_uid, entry.pw_gid, entry.pw_dir)
-
-
-def _run(
-    argv: list[str], user: _OsUser, *, cwd: Path, timeout: float
-) -> subprocess.CompletedProcess[str]:
-    """Run a PostgreSQL tool as the cluster's OS user, capturing its output."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-    env.update(HOME=user.home, USER=user.name, LOGNAME=user.name, LC_ALL="C")
-    log.debug("running %s", " ".join(argv))
-    try:
-        if user.is_self:
-            return subprocess.run(
-                argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
-            )
-        return subprocess.run(
-            argv,
-            cwd=cwd,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-            user=user.uid,
-            group=user.gid,
-            extra_groups=[],
-        )
-    except subprocess.TimeoutExpired:
-        raise DevEnvError(f"{' '.join(argv)} did not finish within {timeout:.0f}s") from None
-
-
-def _give(path: Path, user: _OsUser, mode: int | None = None) -> None:
-    if not user.is_self:
-        os.chown(path, user.uid, user.gid)
-    if mode is not None:
-        path.chmod(mode)
-
-
-def _can_traverse(user: _OsUser, directory: Path) -> bool:
-    probe = _run(["test", "-x", str(directory)], user, cwd=Path("/"), timeout=30)
-    return probe.returncode == 0
-
-
-# --- layout --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Paths:
-    root: Path
-
-    @property
-    def data(self) -> Path:
-        return self.root / "data"
-
-    @property
-    def logfile(self) -> Path:
-        return self.root / "postgres.log"
-
-    @property
-    def pidfile(self) -> Path:
-        return self.data / "postmaster.pid"
-
-    @property
-    def sockdir(self) -> Path:
-        # Unix socket paths are limited to ~107 bytes; fall back to a short temp dir.
-        sock = self.root / "run"
-        if len(str(sock)) <= 80:
-            return sock
-        digest = hashlib.sha256(str(self.root).encode()).hexdigest()[:12]
-        return Path(tempfile.gettempdir()) / f"relay-dev-pgsock-{digest}"
-
-
-def _paths(workdir: Path) -> _Paths:
-    return _Paths((workdir / "pg").resolve())
-
-
-def _prepare_root(workdir: Path, user: _OsUser) -> _Paths:
-    """Create ``<workdir>/pg`` owned by the cluster's user. If that user cannot reach the
-    work dir (e.g. it lies under /root), keep the cluster in /var/tmp behind a symlink."""
-    link = workdir / "pg"
-    if link.is_symlink() or link.is_dir():
-        root = link.resolve()
-    elif user.is_self or _can_traverse(user, workdir):
-        root = link
-    else:
-        persistent = Path("/var/tmp")  # noqa: S108 - survives reboots, unlike /tmp
-        base = persistent if persistent.is_dir() else Path(tempfile.gettempdir())
-        digest = hashlib.sha256(str(workdir).encode()).hexdigest()[:12]
-        root = base / f"relay-dev-pg-{digest}"
-        log.info("%s cannot reach %s; keeping the cluster in %s", user.name, workdir, root)
-        link.symlink_to(root, target_is_directory=True)
-    if not root.is_dir():
-        root.mkdir(parents=True)
-    _give(root, user, 0o700)
-    paths = _Paths(root)
-    paths.sockdir.mkdir(exist_ok=True)
-    _give(paths.sockdir, user, 0o700)
-    return paths
-
-
 # --- state queries -------------------------------------------------------------------------
 
 
 def postgres_pid(workdir: Path | None = None) -> int | None:
     """Pid of the running postmaster of ``workdir``, or None."""
-    pidfile = _paths(resolve_workdir(workdir)).pidfile
+    pidfile = cluster_paths(resolve_workdir(workdir)).pidfile
     pid = read_pid(pidfile)
     if pid is None or not pid_alive(pid):
         return None
@@ -255,55 +96,10 @@ def postgres_answering(port: int, timeout: float = 3.0) -> bool:
 # --- lifecycle -----------------------------------------------------------------------------
 
 
-def _initdb(paths: _Paths, user: _OsUser, timeout: float) -> None:
-    staging = paths.root / "data.initdb"
-    if staging.exists():
-        shutil.rmtree(staging)
-    log.info("initializing PostgreSQL cluster in %s", paths.data)
-    res = _run(
-        [
-            str(pg_bindir() / "initdb"),
-            "-D",
-            str(staging),
-            "-U",
-            SUPERUSER,
-            "--auth-local=trust",
-            "--auth-host=scram-sha-256",
-            "--encoding=UTF8",
-            "--locale=C",
-            "--no-sync",
-        ],
-        user,
-        cwd=paths.root,
-        timeout=timeout,
-    )
-    if res.returncode != 0:
-        raise DevEnvError(f"initdb failed (exit {res.returncode}):\n{res.stdout}{res.stderr}")
-    with (staging / "postgresql.conf").open("a") as conf:
-        conf.write(f"\n# dev settings, rewritten on every start\ninclude = '{_CONF_NAME}'\n")
-    staging.rename(paths.data)
+# --- lifecycle -----------------------------------------------------------------------------
 
 
-def _write_config(paths: _Paths, user: _OsUser, port: int) -> None:
-    sockdir = str(paths.sockdir).replace("'", "''")
-    conf = paths.data / _CONF_NAME
-    conf.write_text(
-        "# Written by relay.devenv on every start; local edits are overwritten.\n"
-        f"listen_addresses = '{LOOPBACK}'\n"
-        f"port = {port}\n"
-        f"unix_socket_directories = '{sockdir}'\n"
-        "max_connections = 200\n"
-        "fsync = off\n"
-        "synchronous_commit = off\n"
-        "full_page_writes = off\n"
-        "timezone = 'UTC'\n"
-        "log_timezone = 'UTC'\n"
-        "log_line_prefix = '%m [%p] %q%u@%d '\n"
-    )
-    _give(conf, user)
-
-
-def _bootstrap(paths: _Paths, port: int) -> None:
+def _bootstrap(paths: ClusterPaths, port: int) -> None:
     """Create (or refresh) the ``relay`` role and database over the trusted Unix socket."""
     with psycopg.connect(
         host=str(paths.sockdir), port=port, user=SUPERUSER, dbname="postgres", autocommit=True
@@ -324,7 +120,7 @@ def _bootstrap(paths: _Paths, port: int) -> None:
             )
 
 
-def _repair_role(paths: _Paths, port: int) -> None:
+def _repair_role(paths: ClusterPaths, port: int) -> None:
     """Restore the ``relay`` role/password/database if something (e.g. a test running
     ``ALTER ROLE CURRENT_USER PASSWORD ...``) changed them; best effort."""
     try:
@@ -345,11 +141,11 @@ def start_postgres(
         if postgres_pid(wd) is not None:
             running_port = postgres_port(wd)
             if not postgres_answering(running_port):
-                _repair_role(_paths(wd), running_port)
+                _repair_role(cluster_paths(wd), running_port)
             if not wait_for(lambda: postgres_answering(running_port), timeout, interval=0.5):
                 raise failure(
                     f"PostgreSQL in {wd} is running but not answering on port {running_port}",
-                    _paths(wd).logfile,
+                    cluster_paths(wd).logfile,
                 )
             return database_url(running_port)
         if port is None:
@@ -359,15 +155,15 @@ def start_postgres(
                 f"{LOOPBACK}:{port} is already in use by another process (not the PostgreSQL "
                 f"of {wd}); stop it or choose another port with {ENV_PG_PORT}"
             )
-        user = _os_user()
-        paths = _prepare_root(wd, user)
+        user = os_user()
+        paths = prepare_root(wd, user)
         if not (paths.data / "PG_VERSION").exists():
-            _initdb(paths, user, timeout)
+            initdb(paths, user, timeout)
         if paths.pidfile.exists():
             paths.pidfile.unlink()  # stale: no postmaster of ours is running
-        _write_config(paths, user, port)
+        write_config(paths, user, port)
         log.info("starting PostgreSQL on %s:%d", LOOPBACK, port)
-        res = _run(
+        res = run_as(
             [
                 str(pg_bindir() / "pg_ctl"),
                 "start",
@@ -412,12 +208,12 @@ def _stop(wd: Path, mode: str, timeout: float) -> None:
         pid = postgres_pid(wd)
         if pid is None:
             return
-        paths = _paths(wd)
+        paths = cluster_paths(wd)
         log.info("stopping PostgreSQL (pid %d, mode %s)", pid, mode)
-        res = _run(
+        res = run_as(
             [str(pg_bindir() / "pg_ctl"), "stop", "-D", str(paths.data), "-m", mode, "-w",
              "-t", str(int(timeout))],
-            _os_user(),
+            os_user(),
             cwd=paths.root,
             timeout=timeout + 30,
         )
