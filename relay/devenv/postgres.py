@@ -196,7 +196,7 @@ def start_postgres(
 
 
 def stop_postgres(
-    workdir: Path | None = None, *, hard: bool = False, timeout: float = 60.0
+    workdir: Path | None = None, hard: bool = False, *, timeout: float = 60.0
 ) -> None:
     """Stop the cluster of ``workdir`` (``pg_ctl stop -m fast``; ``-m immediate``, i.e. a
     crash that needs WAL recovery on the next start, when ``hard``). No-op if stopped."""
