@@ -65,24 +65,54 @@ def add_connection_flags(parser: argparse.ArgumentParser, kafka: bool = True) ->
 
 
 def add_relay_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("relay")
-    group.add_argument("--batch-size", type=int, help="rows per Kafka transaction [5000]")
+    group = parser.add_argument_group("relay (flags win over RELAY_* environment)")
     group.add_argument(
-        "--poll-interval", dest="poll_interval_s", type=float, help="seconds between polls [0.5]"
+        "--batch-size",
+        type=int,
+        metavar="N",
+        help="rows per Kafka transaction [RELAY_BATCH_SIZE=5000]",
     )
-    group.add_argument("--transactional-id-prefix", help="transactional.id = PREFIX-<partition>")
-    group.add_argument("--positions-topic", help="topic whose offsets hold the positions")
-    group.add_argument("--positions-group", help="consumer group that holds the positions")
+    group.add_argument(
+        "--poll-interval",
+        dest="poll_interval_s",
+        type=float,
+        metavar="SECONDS",
+        help="pause when nothing is pending [RELAY_POLL_INTERVAL_S=0.5]",
+    )
+    group.add_argument(
+        "--transaction-timeout-ms",
+        type=int,
+        metavar="MS",
+        help="Kafka transaction.timeout.ms [RELAY_TRANSACTION_TIMEOUT_MS=60000]",
+    )
+    group.add_argument(
+        "--transactional-id-prefix",
+        metavar="PREFIX",
+        help="transactional.id = PREFIX-<partition> [RELAY_TRANSACTIONAL_ID_PREFIX=outbox-relay]",
+    )
+    group.add_argument(
+        "--positions-topic",
+        metavar="TOPIC",
+        help="topic whose offsets hold the positions "
+        "[RELAY_POSITIONS_TOPIC=outbox-relay-positions]",
+    )
+    group.add_argument(
+        "--positions-group",
+        metavar="GROUP",
+        help="consumer group holding the positions, one per outbox database "
+        "[RELAY_POSITIONS_GROUP=outbox-relay-positions]",
+    )
     group.add_argument(
         "--no-cleanup",
         dest="cleanup",
         action="store_const",
         const=False,
-        help="keep published rows in the outbox table",
+        help="keep published rows in the outbox table [RELAY_CLEANUP=true]",
     )
     group.add_argument(
         "--partitions",
         type=_partition_list,
+        metavar="P,P,...",
         help="only these relay partitions, e.g. 0,1,2 (default: all)",
     )
 
@@ -131,6 +161,7 @@ def settings_from_args(args: argparse.Namespace) -> RelaySettings:
         "kafka_bootstrap_servers",
         "kafka_config_file",
         "kafka_timeout_s",
+        "transaction_timeout_ms",
         "batch_size",
         "poll_interval_s",
         "transactional_id_prefix",
