@@ -33,3 +33,4 @@ def configure(level: str = "INFO", secrets: tuple[str, ...] = ()) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     logging.getLogger("alembic").setLevel(max(root.level, logging.INFO))
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
