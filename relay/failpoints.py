@@ -8,9 +8,10 @@ happens unless ``RELAY_FAILPOINTS`` names the point, e.g.::
     RELAY_FAILPOINTS="after_commit=raise,once=/tmp/f"   # raise once, across processes
 
 Several specs are separated by ``;``. ``once=PATH`` fires only for the process that
-creates PATH first. Points: ``startup`` (fenced, position read, nothing published),
-``after_produce`` (records sent inside the open Kafka transaction), ``before_commit``
-(same place, for pausing), ``after_commit`` (Kafka committed, DB housekeeping not done).
+creates PATH first, and writes its pid there. Points: ``startup`` (fenced, position
+read, nothing published), ``after_produce`` (records sent inside the open Kafka
+transaction), ``before_commit`` (same place, for pausing), ``after_commit`` (Kafka
+committed, DB housekeeping not done).
 """
 
 from __future__ import annotations
@@ -93,5 +94,8 @@ def _claim(path: str) -> bool:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
     except FileExistsError:
         return False
-    os.close(fd)
+    try:
+        os.write(fd, str(os.getpid()).encode())  # tells a test which process fired
+    finally:
+        os.close(fd)
     return True

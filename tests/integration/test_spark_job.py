@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +12,10 @@ from tests.integration.support import (
     PROJECT_ROOT,
     RelayTestEnv,
     assert_exactly_once_in_order,
+    is_stopped,
     read_committed,
+    run_relay,
+    wait_until,
 )
 from tests.integration.writes import write_events
 
@@ -64,3 +69,39 @@ def test_spark_job_fails_fast_on_bad_configuration(relay_env: RelayTestEnv) -> N
     )
     assert result.returncode == 4
     assert "no Kafka broker answered at 127.0.0.1:1" in result.stderr
+
+
+def test_spark_task_paused_mid_transaction_is_fenced_then_rerun_by_spark(
+    relay_env: RelayTestEnv, topic: str, tmp_path: Path
+) -> None:
+    """A Spark task stops inside its Kafka transaction; another relay takes the partition
+    over; the resumed task is fenced, fails with a clear error, and Spark's second
+    attempt finds nothing left to publish. Nothing is published twice."""
+    committed = write_events(relay_env.database_url, topic, 800)
+    marker = tmp_path / "paused"
+    job = subprocess.Popen(
+        [sys.executable, str(JOB), "--master", "local[4,2]", "--batch-size", "100"],
+        env=relay_env.env(RELAY_FAILPOINTS=f"before_commit=stop,partition=0,once={marker}"),
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(
+            lambda: (
+                marker.exists() and marker.read_text() != "" and is_stopped(int(marker.read_text()))
+            ),
+            120,
+            "the Spark task to pause inside its transaction",
+        )
+        takeover = run_relay(relay_env, "run", "--once", "--partitions", "0")
+        assert takeover.returncode == 0, takeover.stderr
+        os.kill(int(marker.read_text()), signal.SIGCONT)
+        _, stderr = job.communicate(timeout=240)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 0, stderr[-3000:]
+    assert "another relay instance took over this partition" in stderr
+    assert_exactly_once_in_order(read_committed(relay_env.bootstrap_servers, topic), committed)
