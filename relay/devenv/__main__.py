@@ -16,14 +16,25 @@ def main(argv: list[str] | None = None) -> int:
         description="Start, stop or inspect the local PostgreSQL and Kafka servers.",
     )
     parser.add_argument("command", choices=("up", "down", "status"))
-    parser.add_argument("--workdir", type=Path, default=None,
-                        help="state directory (default: $RELAY_DEV_DIR or ./.relay-dev)")
-    parser.add_argument("--timeout", type=float, default=90.0,
-                        help="seconds to wait for each server to start (default: 90)")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="state directory (default: $RELAY_DEV_DIR or ./.relay-dev)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=90.0,
+        help="seconds to wait for each server to start (default: 90)",
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="only print warnings")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
-                        format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO,
+        format="%(asctime)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
     try:
         if args.command == "up":
             endpoints = up(args.workdir, timeout=args.timeout)

@@ -91,8 +91,13 @@ def _write_env_file(path: Path, endpoints: Endpoints) -> None:
 
 def _warn_port_drift(what: str, running: int, wanted: int) -> None:
     if running != wanted:
-        log.warning("%s is already running on port %d (not %d as configured); reusing it; "
-                    "run `down` first to move it", what, running, wanted)
+        log.warning(
+            "%s is already running on port %d (not %d as configured); reusing it; "
+            "run `down` first to move it",
+            what,
+            running,
+            wanted,
+        )
 
 
 def up(workdir: Path | None = None, *, timeout: float = DEFAULT_TIMEOUT) -> Endpoints:
@@ -184,12 +189,14 @@ def _display_path(path: Path) -> str:
 
 def describe_endpoints(endpoints: Endpoints, workdir: Path | None = None) -> str:
     """Connection settings with masked passwords, plus how to load the real ones."""
-    return "\n".join([
-        f"RELAY_DATABASE_URL={mask_url(endpoints.database_url)}",
-        f"RELAY_ADMIN_DATABASE_URL={mask_url(endpoints.admin_database_url)}",
-        f"RELAY_KAFKA_BOOTSTRAP_SERVERS={endpoints.bootstrap_servers}",
-        f"# to export them (with the password): source {_display_path(env_file(workdir))}",
-    ])
+    return "\n".join(
+        [
+            f"RELAY_DATABASE_URL={mask_url(endpoints.database_url)}",
+            f"RELAY_ADMIN_DATABASE_URL={mask_url(endpoints.admin_database_url)}",
+            f"RELAY_KAFKA_BOOTSTRAP_SERVERS={endpoints.bootstrap_servers}",
+            f"# to export them (with the password): source {_display_path(env_file(workdir))}",
+        ]
+    )
 
 
 def describe_status(st: DevEnvStatus) -> str:

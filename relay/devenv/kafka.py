@@ -168,8 +168,11 @@ def start_kafka(
                         f"broker of {wd}); stop it or choose another port with {env}"
                     )
             pid = _launch(wd, ports, timeout)
-        if not wait_for(lambda: not pid_alive(pid) or kafka_answering(port, 2.0),
-                        max(0.0, deadline - time.monotonic()), interval=0.25):
+        if not wait_for(
+            lambda: not pid_alive(pid) or kafka_answering(port, 2.0),
+            max(0.0, deadline - time.monotonic()),
+            interval=0.25,
+        ):
             raise failure(
                 f"Kafka broker (pid {pid}) did not answer on {port} within {timeout:.0f}s",
                 *logs(wd),
@@ -191,10 +194,22 @@ def _launch(wd: Path, ports: Ports, timeout: float) -> int:
     shutil.copyfile(infra_file("log4j.properties"), log4j)
     props = write_properties(wd, ports)
     format_storage(wd, props, timeout)
-    argv = [java(), *JVM_OPTS, f"-Dlog4j.configuration=file:{log4j}", f"-Dkafka.logs.dir={kdir}",
-            "-cp", str(libs / "*"), "kafka.Kafka", str(props)]
-    log.info("starting Kafka broker on %s:%d (controller port %d)",
-             LOOPBACK, ports.kafka, ports.kafka_controller)
+    argv = [
+        java(),
+        *JVM_OPTS,
+        f"-Dlog4j.configuration=file:{log4j}",
+        f"-Dkafka.logs.dir={kdir}",
+        "-cp",
+        str(libs / "*"),
+        "kafka.Kafka",
+        str(props),
+    ]
+    log.info(
+        "starting Kafka broker on %s:%d (controller port %d)",
+        LOOPBACK,
+        ports.kafka,
+        ports.kafka_controller,
+    )
     pid = spawn_detached(argv, cwd=kdir, output=console_log(wd))
     pidfile(wd).write_text(f"{pid}\n")
     write_state(wd, kafka_port=ports.kafka, kafka_controller_port=ports.kafka_controller)

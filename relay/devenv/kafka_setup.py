@@ -125,16 +125,25 @@ def ensure_libs(workdir: Path, timeout: float = 600.0) -> Path:
     shutil.rmtree(staging, ignore_errors=True)
     log.info("resolving Kafka broker jars with Maven into %s", libs)
     argv = [
-        mvn, "-q", "-B", "-Dstyle.color=never", "-f", str(pom),
-        "dependency:copy-dependencies", f"-DoutputDirectory={staging}", "-DincludeScope=runtime",
+        mvn,
+        "-q",
+        "-B",
+        "-Dstyle.color=never",
+        "-f",
+        str(pom),
+        "dependency:copy-dependencies",
+        f"-DoutputDirectory={staging}",
+        "-DincludeScope=runtime",
     ]
     try:
         res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         raise DevEnvError(f"Maven did not resolve the Kafka jars within {timeout:.0f}s") from None
     if res.returncode != 0 or not any(staging.glob("kafka_*.jar")):
-        raise DevEnvError(f"Maven failed to resolve the Kafka jars (exit {res.returncode}):\n"
-                          f"{(res.stdout + res.stderr)[-4000:]}")
+        raise DevEnvError(
+            f"Maven failed to resolve the Kafka jars (exit {res.returncode}):\n"
+            f"{(res.stdout + res.stderr)[-4000:]}"
+        )
     (staging / ".resolved").write_text(digest + "\n")
     shutil.rmtree(libs, ignore_errors=True)
     staging.rename(libs)
@@ -168,14 +177,26 @@ def format_storage(workdir: Path, props: Path, timeout: float) -> None:
     log.info("formatting Kafka storage (cluster id %s)", cluster_id)
     kdir = kafka_dir(workdir)
     argv = [
-        java(), "-Xmx256m", f"-Dlog4j.configuration=file:{kdir / 'log4j.properties'}",
-        f"-Dkafka.logs.dir={kdir}", "-cp", classpath(workdir), "kafka.tools.StorageTool",
-        "format", "--ignore-formatted", "-t", cluster_id, "-c", str(props),
+        java(),
+        "-Xmx256m",
+        f"-Dlog4j.configuration=file:{kdir / 'log4j.properties'}",
+        f"-Dkafka.logs.dir={kdir}",
+        "-cp",
+        classpath(workdir),
+        "kafka.tools.StorageTool",
+        "format",
+        "--ignore-formatted",
+        "-t",
+        cluster_id,
+        "-c",
+        str(props),
     ]
     try:
         res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         raise DevEnvError(f"StorageTool format did not finish in {timeout:.0f}s") from None
     if res.returncode != 0:
-        raise DevEnvError(f"formatting Kafka storage failed (exit {res.returncode}):\n"
-                          f"{(res.stdout + res.stderr)[-4000:]}")
+        raise DevEnvError(
+            f"formatting Kafka storage failed (exit {res.returncode}):\n"
+            f"{(res.stdout + res.stderr)[-4000:]}"
+        )

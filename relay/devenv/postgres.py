@@ -211,8 +211,17 @@ def _stop(wd: Path, mode: str, timeout: float) -> None:
         paths = cluster_paths(wd)
         log.info("stopping PostgreSQL (pid %d, mode %s)", pid, mode)
         res = run_as(
-            [str(pg_bindir() / "pg_ctl"), "stop", "-D", str(paths.data), "-m", mode, "-w",
-             "-t", str(int(timeout))],
+            [
+                str(pg_bindir() / "pg_ctl"),
+                "stop",
+                "-D",
+                str(paths.data),
+                "-m",
+                mode,
+                "-w",
+                "-t",
+                str(int(timeout)),
+            ],
             os_user(),
             cwd=paths.root,
             timeout=timeout + 30,

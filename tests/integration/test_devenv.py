@@ -58,9 +58,7 @@ def test_postgres_accepts_connections(database_url: str) -> None:
     try:
         with engine.begin() as conn:
             assert conn.execute(text("SELECT 1")).scalar_one() == 1
-            assert conn.execute(text("SELECT current_database()")).scalar_one().startswith(
-                "test_"
-            )
+            assert conn.execute(text("SELECT current_database()")).scalar_one().startswith("test_")
             conn.execute(text("CREATE TABLE t (id bigint PRIMARY KEY)"))
             conn.execute(text("INSERT INTO t VALUES (1), (2)"))
         with engine.connect() as conn:
@@ -101,9 +99,7 @@ def _consume_all(bootstrap: str, topic: str, isolation: str, expected: int) -> l
     return values
 
 
-def test_kafka_transactions(
-    bootstrap_servers: str, make_topic: Callable[..., str]
-) -> None:
+def test_kafka_transactions(bootstrap_servers: str, make_topic: Callable[..., str]) -> None:
     topic = make_topic("devenv-txn", partitions=1)
     producer = Producer(
         {"bootstrap.servers": bootstrap_servers, "transactional.id": f"test-{uuid.uuid4().hex}"}
