@@ -1,0 +1,34 @@
+import logging
+
+from relay.logs import RedactingFilter
+from relay.partitioning import partition_of
+from relay.secrets import Secret, mask_text, mask_url
+
+
+def test_mask_url_and_text() -> None:
+    assert mask_url("postgresql+psycopg://u:pw@h:5/db") == "postgresql+psycopg://u:***@h:5/db"
+    assert (
+        mask_text("dsn postgresql://u:p%40ss@h/db failed") == "dsn postgresql://u:***@h/db failed"
+    )
+    assert mask_text("token abc", secrets=("abc",)) == "token ***"
+
+
+def test_secret_hides_itself_but_survives_pickling() -> None:
+    import pickle
+
+    secret = Secret("pw")
+    assert "pw" not in f"{secret} {secret!r}"
+    assert pickle.loads(pickle.dumps(secret)).reveal() == "pw"
+
+
+def test_log_filter_masks_urls_in_any_record() -> None:
+    record = logging.LogRecord(
+        "x", logging.INFO, "f", 1, "connect %s", ("postgresql://a:b@h/d",), None
+    )
+    RedactingFilter().filter(record)
+    assert record.getMessage() == "connect postgresql://a:***@h/d"
+
+
+def test_partition_of_is_stable_and_spreads_keys() -> None:
+    assert partition_of(b"order-42", 8) == partition_of(b"order-42", 8)
+    assert len({partition_of(f"k{i}".encode(), 8) for i in range(100)}) == 8
