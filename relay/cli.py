@@ -17,6 +17,7 @@ from types import FrameType
 from relay import logs
 from relay.config import RelaySettings, load_settings
 from relay.errors import ConfigurationError, RelayError
+from relay.mirror.cli import add_mirror_command
 from relay.secrets import Secret, mask_text, mask_url
 
 log = logging.getLogger("relay")
@@ -78,6 +79,13 @@ def add_relay_flags(parser: argparse.ArgumentParser) -> None:
         type=float,
         metavar="SECONDS",
         help="pause when nothing is pending [RELAY_POLL_INTERVAL_S=0.5]",
+    )
+    group.add_argument(
+        "--retry-attempts",
+        type=int,
+        metavar="N",
+        help="with --once and in Spark: give up a batch after N failed attempts "
+        "[RELAY_RETRY_ATTEMPTS=8]; `relay run` retries for ever",
     )
     group.add_argument(
         "--transaction-timeout-ms",
@@ -149,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     downgrade.set_defaults(handler=_cmd_db_downgrade)
     current.set_defaults(handler=_cmd_db_current)
 
+    add_mirror_command(commands)
+
     dev = commands.add_parser("dev", help="local PostgreSQL and Kafka for development")
     dev.add_argument("action", choices=["up", "down", "status"])
     dev.set_defaults(handler=_cmd_dev)
@@ -163,6 +173,7 @@ def settings_from_args(args: argparse.Namespace) -> RelaySettings:
         "kafka_timeout_s",
         "transaction_timeout_ms",
         "batch_size",
+        "retry_attempts",
         "poll_interval_s",
         "transactional_id_prefix",
         "positions_topic",

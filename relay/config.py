@@ -67,6 +67,7 @@ class RelaySettings:
     batch_size: int = 5000
     poll_interval_s: float = 0.5
     cleanup: bool = True
+    retry_attempts: int = 8
 
     def transactional_id(self, partition: int) -> str:
         return f"{self.transactional_id_prefix}-{partition}"
@@ -82,6 +83,7 @@ class RelaySettings:
             "batch_size": str(self.batch_size),
             "poll_interval_s": str(self.poll_interval_s),
             "cleanup": str(self.cleanup),
+            "retry_attempts": str(self.retry_attempts),
         }
 
     def with_overrides(self, **changes: object) -> RelaySettings:
@@ -233,6 +235,8 @@ def load_settings(
             changes[name] = str(value)
     if (value := pick("batch_size")) is not None:
         changes["batch_size"] = _positive_int("RELAY_BATCH_SIZE", str(value))
+    if (value := pick("retry_attempts")) is not None:
+        changes["retry_attempts"] = _positive_int("RELAY_RETRY_ATTEMPTS", str(value))
     if (value := pick("poll_interval_s")) is not None:
         changes["poll_interval_s"] = _positive_float("RELAY_POLL_INTERVAL_S", str(value))
     if (value := pick("cleanup")) is not None:

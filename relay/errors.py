@@ -52,6 +52,10 @@ class BrokerUnreachableError(KafkaError):
     """No broker answered within the time allowed."""
 
 
+class KafkaAuthenticationError(KafkaError):
+    """The broker refused the client's login (SASL or SSL handshake, credentials)."""
+
+
 class ProducerFencedError(KafkaError):
     """Another relay instance took over this relay partition; this instance must stop."""
 
@@ -60,3 +64,32 @@ class ProducerFencedError(KafkaError):
 
 class RetriableError(RelayError):
     """A transient failure; the same work may be tried again."""
+
+
+class TopicMissingError(RetriableError):
+    """A destination topic does not exist; its rows wait in the outbox until it does."""
+
+
+class UndeliverableEventError(RelayError):
+    """Kafka refuses these outbox rows for good (e.g. larger than the size limit)."""
+
+    def __init__(self, message: str, outbox_ids: tuple[int, ...], reason: str) -> None:
+        super().__init__(message)
+        self.outbox_ids = outbox_ids
+        self.reason = reason
+
+
+class MirrorOffsetConflict(RelayError):
+    """The stored offset of a Kafka partition moved under this mirror instance.
+
+    Another consumer of the same group applied the partition since this instance read
+    the offset (a rebalance took the partition away, or a duplicate Spark task ran). The
+    batch was rolled back; the instance must re-read the offset from the database."""
+
+    exit_code = 5
+
+    def __init__(self, message: str, topic: str, partition: int, expected: int | None) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.partition = partition
+        self.expected = expected

@@ -91,7 +91,8 @@ def build_partition_relay(
 def drain_partition(settings: RelaySettings, partition: int) -> DrainResult:
     """Publish everything committed in one relay partition, then return (a Spark task)."""
     engine = _task_engine(settings)
-    relay = build_partition_relay(settings, partition, engine)
+    retry = RetryPolicy(max_attempts=settings.retry_attempts)
+    relay = build_partition_relay(settings, partition, engine, retry=retry)
     try:
         return relay.drain()
     finally:
@@ -133,7 +134,10 @@ class ProcessRelay:
             engine.dispose()
 
     def _run_partitions(self, engine: Engine, partitions: list[int], once: bool) -> RunSummary:
-        retry = RetryPolicy() if once else RetryPolicy(max_attempts=None)
+        # A service keeps retrying (a missing topic may be created later); a run that is
+        # meant to finish gives up after RELAY_RETRY_ATTEMPTS and says why.
+        attempts = self._settings.retry_attempts if once else None
+        retry = RetryPolicy(max_attempts=attempts)
         with ThreadPoolExecutor(len(partitions), thread_name_prefix="relay-p") as pool:
             futures: list[Future[DrainResult]] = [
                 pool.submit(self._run_one, engine, p, once, retry) for p in partitions

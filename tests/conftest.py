@@ -25,7 +25,7 @@ from psycopg import sql
 from sqlalchemy.engine import URL, make_url
 
 from relay import devenv
-from relay.devenv import Endpoints
+from relay.devenv import Endpoints, SaslEndpoint
 
 _INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
 
@@ -79,6 +79,32 @@ def endpoints(devenv_workdir: Path | None) -> Iterator[Endpoints]:
 @pytest.fixture(scope="session")
 def bootstrap_servers(endpoints: Endpoints) -> str:
     return endpoints.bootstrap_servers
+
+
+@pytest.fixture(scope="session")
+def sasl_endpoint(endpoints: Endpoints) -> SaslEndpoint:
+    """The broker's SASL_PLAINTEXT listener (PLAIN mechanism) and a login that it accepts:
+    the dev broker's, or ``RELAY_TEST_KAFKA_SASL_BOOTSTRAP_SERVERS`` with
+    ``RELAY_TEST_KAFKA_SASL_USERNAME``/``RELAY_TEST_KAFKA_SASL_PASSWORD`` (the same broker
+    as ``RELAY_TEST_KAFKA_BOOTSTRAP_SERVERS``, reached through a SASL listener)."""
+    names = ("BOOTSTRAP_SERVERS", "USERNAME", "PASSWORD")
+    given = [os.environ.get(f"RELAY_TEST_KAFKA_SASL_{name}", "") for name in names]
+    if any(given):
+        if not all(given):
+            raise pytest.UsageError(
+                "set all of RELAY_TEST_KAFKA_SASL_BOOTSTRAP_SERVERS, "
+                "RELAY_TEST_KAFKA_SASL_USERNAME and RELAY_TEST_KAFKA_SASL_PASSWORD, or none"
+            )
+        return SaslEndpoint(*given)
+    if endpoints.sasl is not None:
+        return endpoints.sasl
+    if _external_endpoints() is not None:
+        pytest.skip(
+            "RELAY_TEST_KAFKA_BOOTSTRAP_SERVERS is an external broker without SASL info: set "
+            "RELAY_TEST_KAFKA_SASL_BOOTSTRAP_SERVERS, _USERNAME and _PASSWORD (SASL_PLAINTEXT, "
+            "PLAIN) to run the SASL tests"
+        )
+    pytest.skip("the development broker has no SASL listener (restart it: relay dev up)")
 
 
 def _libpq_url(url: URL) -> str:
@@ -163,10 +189,16 @@ def make_topic(kafka_admin: AdminClient) -> Iterator[Callable[..., str]]:
     reruns against a reused broker never collide. Topics are deleted after the test."""
     created: list[str] = []
 
-    def make(name: str | None = None, partitions: int = 1) -> str:
+    def make(
+        name: str | None = None, partitions: int = 1, config: dict[str, str] | None = None
+    ) -> str:
         topic = f"{name or 'test'}-{uuid.uuid4().hex[:12]}"
         futures = kafka_admin.create_topics(
-            [NewTopic(topic, num_partitions=partitions, replication_factor=-1)],
+            [
+                NewTopic(
+                    topic, num_partitions=partitions, replication_factor=-1, config=config or {}
+                )
+            ],
             operation_timeout=30,
         )
         futures[topic].result(timeout=60)

@@ -70,6 +70,28 @@ def upgrade() -> None:
         ["partition"],
         postgresql_where=sa.text("seq IS NULL"),
     )
+    # Rows Kafka refuses for good (e.g. over the size limit), moved here by the relay with
+    # the error, so nothing is lost silently and an operator can fix and re-publish them.
+    op.create_table(
+        "outbox_dead_letters",
+        sa.Column("id", sa.BigInteger, sa.Identity(always=True), primary_key=True),
+        sa.Column("outbox_id", sa.BigInteger, nullable=False, unique=True),
+        sa.Column("partition", sa.Integer, nullable=False),
+        sa.Column("seq", sa.BigInteger, nullable=False),
+        sa.Column("topic", sa.Text, nullable=False),
+        sa.Column("key", postgresql.BYTEA, nullable=True),
+        sa.Column("value", postgresql.BYTEA, nullable=True),
+        sa.Column("event_type", sa.Text, nullable=True),
+        sa.Column("headers", postgresql.JSONB, nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("error", sa.Text, nullable=False),
+        sa.Column(
+            "dead_lettered_at",
+            sa.DateTime(timezone=True),
+            nullable=False,
+            server_default=sa.text("now()"),
+        ),
+    )
     # Partition of a key: the first 28 bits of sha256(key), modulo the partition count.
     # relay.partitioning.partition_of() computes the same in Python.
     op.execute(
@@ -143,6 +165,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.execute("DROP TRIGGER IF EXISTS outbox_sequence_at_commit ON outbox")
     op.execute("DROP TRIGGER IF EXISTS outbox_assign_partition ON outbox")
+    op.drop_table("outbox_dead_letters")
     op.drop_table("outbox")
     op.execute("DROP FUNCTION IF EXISTS outbox_sequence_at_commit()")
     op.execute("DROP FUNCTION IF EXISTS outbox_assign_partition()")

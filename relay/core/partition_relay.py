@@ -16,7 +16,12 @@ import logging
 import threading
 
 from relay.core.ports import FailpointHook, OutboxSource, TransactionalPublisher
-from relay.errors import ConfigurationError, RelayError, RetriableError
+from relay.errors import (
+    ConfigurationError,
+    RelayError,
+    RetriableError,
+    UndeliverableEventError,
+)
 from relay.timing import Clock, RetryPolicy, SystemClock
 from relay.types import BatchResult, DrainResult
 
@@ -90,6 +95,17 @@ class PartitionRelay:
             attempt += 1
             try:
                 return self._try_batch(up_to_seq)
+            except UndeliverableEventError as exc:
+                self._publisher.abort()
+                moved = self._source.dead_letter(self.partition, exc.outbox_ids, exc.reason)
+                log.error(
+                    "relay partition %d: moved %d outbox row(s) %s to outbox_dead_letters: %s",
+                    self.partition,
+                    moved,
+                    list(exc.outbox_ids),
+                    exc.reason,
+                )
+                attempt = 0  # the rest of the batch goes out in the next transaction
             except RetriableError as exc:
                 if self._retry.gives_up_after(attempt):
                     raise GaveUpError(

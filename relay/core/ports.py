@@ -25,6 +25,11 @@ class OutboxSource(Protocol):
         """The largest seq this database ever handed out, in any partition (0 when none)."""
         ...
 
+    def dead_letter(self, partition: int, outbox_ids: Sequence[int], error: str) -> int:
+        """Move rows Kafka refuses for good to the dead-letter table, with ``error``,
+        in one transaction. Returns how many moved."""
+        ...
+
     def delete_published(self, partition: int, up_to_seq: int) -> int:
         """Housekeeping: remove rows with ``seq <= up_to_seq``. Returns how many."""
         ...

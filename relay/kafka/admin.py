@@ -2,18 +2,32 @@
 
 from __future__ import annotations
 
+import logging
+import re
+import time
+
+from confluent_kafka import KafkaError as LibKafkaError
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from relay.config import KafkaSettings
-from relay.errors import BrokerUnreachableError, ConfigurationError, KafkaError
+from relay.errors import (
+    BrokerUnreachableError,
+    ConfigurationError,
+    KafkaAuthenticationError,
+    KafkaError,
+)
 from relay.kafka.errors import lib_error
+from relay.secrets import is_sensitive_property, mask_text
+
+_log = logging.getLogger("relay.librdkafka")
 
 
 def admin_client(kafka: KafkaSettings) -> AdminClient:
     try:
-        return AdminClient(kafka.client_config())
+        # logger: librdkafka's lines go through logging (and its secret filter), not stderr.
+        return AdminClient(kafka.client_config(), logger=_log)
     except KafkaException as exc:
         raise ConfigurationError(f"Kafka configuration rejected: {_reason(exc)}") from None
     except (TypeError, ValueError) as exc:
@@ -25,15 +39,73 @@ def _reason(exc: KafkaException) -> str:
     return err.str() if err is not None else str(exc)
 
 
+# librdkafka reports a refused login only to error_cb (a metadata request just times out):
+# these codes end the start-up check at once.
+_AUTHENTICATION_CODES = frozenset(
+    {LibKafkaError._AUTHENTICATION, LibKafkaError.SASL_AUTHENTICATION_FAILED}
+)
+_PROBE_SLICE_S = 0.5
+_BROKER_PREFIX = re.compile(r"^\S+://\S+: ")
+_TIMING_SUFFIX = re.compile(r" \(after \d+ms in state \w+\)$")
+
+
+class _DebugLog:
+    """Sends the probe's librdkafka log lines to DEBUG: the check reports the outcome."""
+
+    def log(self, level: int, msg: str, *args: object) -> None:
+        _log.debug(msg, *args)
+
+
 def check_broker(admin: AdminClient, kafka: KafkaSettings) -> None:
-    """Fail fast with one clear message when no broker answers."""
+    """Fail fast with one clear message when no broker answers or it refuses the login.
+
+    A probe client (whose error callback sees authentication failures) asks for metadata
+    in short slices until ``request_timeout_s``; then ``admin`` must answer too."""
+    refused: list[LibKafkaError] = []
+
+    def on_error(err: LibKafkaError) -> None:
+        if err.code() in _AUTHENTICATION_CODES:
+            refused.append(err)
+
     try:
-        admin.list_topics(timeout=kafka.request_timeout_s)
+        probe = AdminClient(kafka.client_config(), error_cb=on_error, logger=_DebugLog())
+    except KafkaException as exc:
+        raise ConfigurationError(f"Kafka configuration rejected: {_reason(exc)}") from None
+    deadline = time.monotonic() + kafka.request_timeout_s
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            probe.list_topics(timeout=max(0.05, min(_PROBE_SLICE_S, remaining)))
+            break
+        except KafkaException as exc:
+            last = exc
+        probe.poll(0)
+        if refused:
+            raise KafkaAuthenticationError(
+                f"Kafka authentication failed at {kafka.bootstrap_servers}: "
+                f"{_auth_reason(refused[0], kafka)} (check security.protocol, sasl.mechanism, "
+                "sasl.username and sasl.password)",
+                code=refused[0].name(),
+            )
+        if time.monotonic() >= deadline:
+            raise BrokerUnreachableError(
+                f"no Kafka broker answered at {kafka.bootstrap_servers} within "
+                f"{kafka.request_timeout_s:g} s ({_reason(last)})"
+            )
+    try:
+        admin.list_topics(timeout=max(1.0, deadline - time.monotonic()))
     except KafkaException as exc:
         raise BrokerUnreachableError(
             f"no Kafka broker answered at {kafka.bootstrap_servers} within "
             f"{kafka.request_timeout_s:g} s ({_reason(exc)})"
         ) from None
+
+
+def _auth_reason(err: LibKafkaError, kafka: KafkaSettings) -> str:
+    """librdkafka's text without the broker prefix and timing, secrets masked."""
+    text = _TIMING_SUFFIX.sub("", _BROKER_PREFIX.sub("", err.str()))
+    secrets = tuple(v.reveal() for k, v in kafka.properties.items() if is_sensitive_property(k))
+    return mask_text(text, secrets)
 
 
 def topic_partitions(admin: AdminClient, topic: str, timeout: float) -> int | None:

@@ -12,11 +12,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import KafkaError as LibKafkaError
 
 from relay.config import RelaySettings
-from relay.errors import ConfigurationError, KafkaError, RetriableError
+from relay.errors import (
+    ConfigurationError,
+    KafkaError,
+    RetriableError,
+    TopicMissingError,
+    UndeliverableEventError,
+)
+from relay.kafka.admin import admin_client
 from relay.kafka.errors import translate
+from relay.kafka.topics import TOPIC_MISSING, TopicGuard, single_record_batch_size
 from relay.types import OutboxRecord
 
 log = logging.getLogger(__name__)
@@ -26,9 +35,18 @@ _librdkafka_log = logging.getLogger("relay.librdkafka")
 # Offsets at or below this mean "nothing committed" (librdkafka's OFFSET_INVALID is -1001).
 _NO_OFFSET = 0
 _COMMIT_ATTEMPTS = 3
+_LIBRDKAFKA_BATCH_SIZE = 1_000_000  # librdkafka's default batch.size
+# Errors produce() raises for one record that retrying the same bytes can never fix.
+_RECORD_REFUSED = frozenset(
+    {
+        LibKafkaError.MSG_SIZE_TOO_LARGE,
+        LibKafkaError.INVALID_RECORD,
+        LibKafkaError.INVALID_MSG,
+    }
+)
 
 
-def _headers(record: OutboxRecord) -> list[tuple[str, str | bytes | None]]:
+def record_headers(record: OutboxRecord) -> list[tuple[str, str | bytes | None]]:
     headers: list[tuple[str, str | bytes | None]] = [
         ("outbox-id", str(record.id).encode()),
         ("outbox-seq", str(record.seq).encode()),
@@ -47,8 +65,9 @@ class KafkaTransactionalPublisher:
         self._settings = settings
         self._partition = partition
         self._timeout = max(settings.kafka.request_timeout_s, 30.0)
-        self._delivery_error: str | None = None
+        self._delivery_error: LibKafkaError | None = None
         base = settings.kafka.client_config()
+        self._batch_bytes = int(base.get("batch.size", _LIBRDKAFKA_BATCH_SIZE))
         try:
             self._producer = Producer(
                 {
@@ -74,6 +93,9 @@ class KafkaTransactionalPublisher:
         except KafkaException as exc:
             raise ConfigurationError(f"Kafka configuration rejected: {exc.args[0].str()}") from None
         self._position_tp = TopicPartition(settings.positions_topic, partition)
+        self._topics = TopicGuard(
+            self._producer, admin_client(settings.kafka), partition, self._timeout
+        )
 
     def fence(self) -> int:
         try:
@@ -99,26 +121,70 @@ class KafkaTransactionalPublisher:
         except KafkaException as exc:
             raise translate(exc, "begin_transaction", self._partition) from None
 
-    def _on_delivery(self, err: object, _msg: object) -> None:
+    def _on_delivery(self, err: LibKafkaError | None, _msg: Message) -> None:
+        # The broker refuses whole record batches, so a delivery error cannot name the
+        # one bad record: TopicGuard refuses those before producing.
+        # Keep the error object: calling into librdkafka from this callback while a fatal
+        # error is being raised can fail.
         if err is not None and self._delivery_error is None:
-            self._delivery_error = str(err)
+            self._delivery_error = err
 
     def send(self, records: Sequence[OutboxRecord]) -> None:
+        headers = {r.id: record_headers(r) for r in records}
+        refused = self._topics.refused(records, headers)
+        if refused:
+            ids = tuple(sorted(refused))
+            raise UndeliverableEventError(
+                f"relay partition {self._partition}: Kafka refuses outbox rows {list(ids)}: "
+                f"{refused[ids[0]]}",
+                ids,
+                refused[ids[0]],
+            )
+        # The broker applies max.message.bytes to a whole record batch. For a topic whose
+        # limit is below the producer's batch.size, flush before a batch could outgrow it.
+        small_limits = {
+            topic: limit
+            for topic in {r.topic for r in records}
+            if (limit := self._topics.max_message_bytes(topic)) is not None
+            and limit < self._batch_bytes
+        }
+        pending: dict[str, int] = {}
         produce = self._producer.produce
         for record in records:
+            limit = small_limits.get(record.topic)
+            if limit is not None:
+                size = single_record_batch_size(record.key, record.value, headers[record.id])
+                if pending.get(record.topic, 0) + size > limit:
+                    self._producer.flush(self._timeout)
+                    pending.clear()
+                pending[record.topic] = pending.get(record.topic, 0) + size
             while True:
                 try:
                     produce(
                         record.topic,
                         value=record.value,
                         key=record.key,
-                        headers=_headers(record),
+                        headers=headers[record.id],
                         on_delivery=self._on_delivery,
                     )
                     break
                 except BufferError:
                     self._producer.poll(0.05)
                 except KafkaException as exc:
+                    err = exc.args[0]
+                    if err.code() in _RECORD_REFUSED:
+                        raise UndeliverableEventError(
+                            f"relay partition {self._partition}: Kafka refuses outbox row "
+                            f"{record.id}: {err.str()}",
+                            (record.id,),
+                            f"{err.str()} ({err.name()})",
+                        ) from None
+                    if err.code() in TOPIC_MISSING:
+                        self._topics.forget(record.topic)
+                        raise TopicMissingError(
+                            f"relay partition {self._partition}: topic {record.topic!r} "
+                            f"is not available: {err.str()}"
+                        ) from None
                     raise translate(exc, f"producing to {record.topic}", self._partition) from None
 
     def commit(self, position: int) -> None:
@@ -144,7 +210,8 @@ class KafkaTransactionalPublisher:
     def _commit_error(self, exc: KafkaException, doing: str) -> Exception:
         error = translate(exc, doing, self._partition)
         if isinstance(error, RetriableError) and self._delivery_error is not None:
-            return RetriableError(f"{error} (first delivery error: {self._delivery_error})")
+            first = self._delivery_error.str()
+            return RetriableError(f"{error} (first delivery error: {first})")
         return error
 
     def abort(self) -> None:

@@ -23,6 +23,18 @@ _FETCH = text(
 _HIGH_WATER = text("SELECT coalesce(max(seq), 0) FROM outbox WHERE partition = :partition")
 _DELETE = text("DELETE FROM outbox WHERE partition = :partition AND seq <= :up_to")
 _LAST_ASSIGNED = text("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM outbox_seq")
+_DEAD_LETTER = text(
+    """
+    WITH moved AS (
+      DELETE FROM outbox WHERE partition = :partition AND id = ANY(:ids)
+      RETURNING id, partition, seq, topic, key, value, event_type, headers, created_at
+    )
+    INSERT INTO outbox_dead_letters
+      (outbox_id, partition, seq, topic, key, value, event_type, headers, created_at, error)
+    SELECT id, partition, seq, topic, key, value, event_type, headers, created_at, :error
+    FROM moved
+    """
+)
 _PARTITIONS = text("SELECT partitions FROM outbox_settings")
 _MAX_SEQ = 2**63 - 1
 
@@ -66,6 +78,15 @@ class PostgresOutboxSource:
     def last_assigned_seq(self) -> int:
         with database_errors(self._url, "reading outbox_seq"), self._engine.connect() as conn:
             return int(conn.execute(_LAST_ASSIGNED).scalar_one())
+
+    def dead_letter(self, partition: int, outbox_ids: Sequence[int], error: str) -> int:
+        params = {"partition": partition, "ids": list(outbox_ids), "error": error}
+        with (
+            database_errors(self._url, "moving rows to outbox_dead_letters"),
+            self._engine.begin() as conn,
+        ):
+            result = conn.execute(_DEAD_LETTER, params)
+        return int(result.rowcount)
 
     def delete_published(self, partition: int, up_to_seq: int) -> int:
         if up_to_seq <= 0:

@@ -36,6 +36,14 @@ class MemoryOutbox:
     def last_assigned_seq(self) -> int:
         return self.assigned
 
+    dead: list[tuple[int, str]] = field(default_factory=list)
+
+    def dead_letter(self, partition: int, outbox_ids: Sequence[int], error: str) -> int:
+        before = self.rows.get(partition, [])
+        self.rows[partition] = [r for r in before if r.id not in outbox_ids]
+        self.dead.extend((i, error) for i in outbox_ids)
+        return len(before) - len(self.rows[partition])
+
     def delete_published(self, partition: int, up_to_seq: int) -> int:
         before = self.rows.get(partition, [])
         self.rows[partition] = [r for r in before if r.seq > up_to_seq]

@@ -1,0 +1,119 @@
+"""Bad input never loses rows silently: refused records become dead letters, and a missing
+topic holds its rows in the outbox until it exists."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import sqlalchemy as sa
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+from sqlalchemy.pool import NullPool
+
+import relay
+from relay.kafka.publisher import record_headers
+from relay.kafka.topics import single_record_batch_size
+from relay.types import OutboxRecord
+from tests.integration.support import (
+    PROJECT_ROOT,
+    RelayTestEnv,
+    assert_exactly_once_in_order,
+    read_committed,
+    relay_command,
+    run_relay,
+    wait_until,
+)
+
+
+def _publish(env: RelayTestEnv, events: list[relay.Event]) -> set[int]:
+    engine = sa.create_engine(env.database_url, poolclass=NullPool)
+    with engine.begin() as conn:
+        relay.publish_many(conn, events)
+    with engine.connect() as conn:
+        ids = {int(r[0]) for r in conn.execute(sa.text("SELECT id FROM outbox"))}
+    engine.dispose()
+    return ids
+
+
+LIMIT = 4000
+
+
+def _resize_to(env: RelayTestEnv, outbox_id: int, target: int) -> None:
+    """Give row ``outbox_id`` a value that makes its one-record batch exactly ``target``
+    bytes, headers (outbox id, seq, partition) included."""
+    (row,) = env.sql("SELECT id, partition, seq, topic, key FROM outbox WHERE id = :i", i=outbox_id)
+    record = OutboxRecord(
+        int(row[0]), int(row[1]), int(row[2]), str(row[3]), bytes(row[4]), b"", None, ()
+    )  # type: ignore[call-overload]
+    headers = record_headers(record)
+    length = target - single_record_batch_size(record.key, b"", headers)
+    while single_record_batch_size(record.key, b"v" * length, headers) > target:
+        length -= 1
+    assert single_record_batch_size(record.key, b"v" * length, headers) == target
+    env.sql("UPDATE outbox SET value = :v WHERE id = :i", v=b"v" * length, i=outbox_id)
+
+
+def test_records_kafka_refuses_go_to_dead_letters_and_the_rest_is_published(
+    relay_env: RelayTestEnv, make_topic: Callable[..., str]
+) -> None:
+    topic = make_topic(partitions=2, config={"max.message.bytes": str(LIMIT)})
+    events = [relay.Event(topic, "same-key", {"n": n}) for n in range(10)]
+    events.insert(7, relay.Event(topic, "same-key", b"y" * 1_200_000))  # over the client's limit
+    edge = [relay.Event(topic, "same-key", b"") for _ in range(4)]
+    ids = _publish(relay_env, events + edge)
+    edge_ids = sorted(ids)[-4:]
+    for outbox_id, delta in zip(edge_ids, (-1, 0, 1, 2), strict=True):
+        _resize_to(relay_env, outbox_id, LIMIT + delta)  # the broker's own boundary
+    refused = {
+        int(r[0]) for r in relay_env.sql("SELECT id FROM outbox WHERE length(value) > 1000000")
+    }  # type: ignore[call-overload]
+    refused |= set(edge_ids[2:])
+
+    result = run_relay(relay_env, "run", "--once")
+    assert result.returncode == 0, result.stderr
+    assert "to outbox_dead_letters" in result.stderr
+    assert "MSG_SIZE_TOO_LARGE" in result.stderr
+
+    dead = relay_env.sql("SELECT outbox_id, error FROM outbox_dead_letters")
+    assert {int(r[0]) for r in dead} == refused  # type: ignore[call-overload]
+    assert all("MSG_SIZE_TOO_LARGE" in str(r[1]) for r in dead)
+    consumed = read_committed(relay_env.bootstrap_servers, topic)
+    assert_exactly_once_in_order(consumed, ids - refused)
+    assert [r.value for r in consumed][:10] == [b'{"n":%d}' % n for n in range(10)]
+    assert relay_env.sql("SELECT count(*) FROM outbox") == [(0,)]
+
+
+def test_missing_topic_keeps_rows_until_it_exists(
+    relay_env: RelayTestEnv, kafka_admin: AdminClient, tmp_path: Path
+) -> None:
+    topic = f"created-later-{relay_env.prefix}"
+    ids = _publish(relay_env, [relay.Event(topic, f"k{n}", {"n": n}) for n in range(20)])
+
+    gave_up = run_relay(relay_env, "run", "--once", RELAY_RETRY_ATTEMPTS="2")
+    assert gave_up.returncode == 1
+    assert f"topic '{topic}' does not exist" in gave_up.stderr
+    assert "published once the topic exists" in gave_up.stderr
+    assert relay_env.sql("SELECT count(*) FROM outbox") == [(20,)]
+
+    log = tmp_path / "relay.log"
+    with log.open("w") as stderr:
+        service = subprocess.Popen(
+            relay_command("run"), env=relay_env.env(), cwd=PROJECT_ROOT, stderr=stderr
+        )
+        try:
+            wait_until(lambda: "does not exist" in log.read_text(), 60, "the relay to report it")
+            assert service.poll() is None  # the service keeps running and retrying
+            kafka_admin.create_topics([NewTopic(topic, 3, replication_factor=-1)])[topic].result(30)
+            wait_until(
+                lambda: relay_env.sql("SELECT count(*) FROM outbox") == [(0,)],
+                90,
+                "the relay to publish once the topic exists",
+            )
+        finally:
+            service.terminate()
+            service.wait(60)
+    assert service.returncode == 0, log.read_text()
+    assert_exactly_once_in_order(read_committed(relay_env.bootstrap_servers, topic), ids)
+    kafka_admin.delete_topics([topic])
