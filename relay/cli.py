@@ -151,7 +151,20 @@ def build_parser() -> argparse.ArgumentParser:
     downgrade = db_commands.add_parser("downgrade", help="revert migrations")
     downgrade.add_argument("revision", help="target revision, e.g. base or -1")
     current = db_commands.add_parser("current", help="show the applied revision")
-    for sub in (upgrade, downgrade, current):
+    roles = db_commands.add_parser(
+        "roles",
+        help="create the least-privilege roles outbox_writer, outbox_relay, outbox_mirror "
+        "(if missing) and grant them what they need",
+    )
+    roles.add_argument(
+        "--mirror-tables",
+        type=lambda text: [t.strip() for t in text.split(",") if t.strip()],
+        default=[],
+        metavar="T,T,...",
+        help="also let outbox_mirror write these mirrored tables",
+    )
+    roles.set_defaults(handler=_cmd_db_roles)
+    for sub in (upgrade, downgrade, current, roles):
         add_connection_flags(sub, kafka=False)
     upgrade.set_defaults(handler=_cmd_db_upgrade)
     downgrade.set_defaults(handler=_cmd_db_downgrade)
@@ -251,6 +264,22 @@ def _cmd_db_current(args: argparse.Namespace) -> int:
     head = migrations.head_revision(url)
     state = "up to date" if current == head else f"needs upgrade to {head}"
     print(f"{current or '(empty)'} ({state})")
+    return 0
+
+
+def _cmd_db_roles(args: argparse.Namespace) -> int:
+    from relay.postgres.database import make_engine
+    from relay.postgres.roles import grant_roles
+
+    url = _database_url(args)
+    engine = make_engine(url, pool_size=1)
+    try:
+        grant_roles(engine, url, args.mirror_tables)
+    finally:
+        engine.dispose()
+    log.info(
+        "roles outbox_writer, outbox_relay, outbox_mirror granted on %s", mask_url(url.reveal())
+    )
     return 0
 
 

@@ -10,6 +10,9 @@ partition the transaction wrote to, in partition order, and only then draws ``se
 values. Writers of one partition therefore receive seq values in commit order, and
 PostgreSQL makes a commit visible before it releases the lock, so a reader that sees
 ``seq = s`` of partition ``p`` already sees every smaller seq of ``p`` (gap-free).
+
+Both trigger functions run with the rights of the schema owner (SECURITY DEFINER, fixed
+search_path), so a service role needs nothing but INSERT on ``outbox``.
 """
 
 from __future__ import annotations
@@ -104,7 +107,8 @@ def upgrade() -> None:
     )
     op.execute(
         """
-        CREATE FUNCTION outbox_assign_partition() RETURNS trigger LANGUAGE plpgsql AS $$
+        CREATE FUNCTION outbox_assign_partition() RETURNS trigger LANGUAGE plpgsql
+        SECURITY DEFINER SET search_path FROM CURRENT AS $$
         DECLARE
           n integer;
         BEGIN
@@ -128,7 +132,8 @@ def upgrade() -> None:
     )
     op.execute(
         f"""
-        CREATE FUNCTION outbox_sequence_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+        CREATE FUNCTION outbox_sequence_at_commit() RETURNS trigger LANGUAGE plpgsql
+        SECURITY DEFINER SET search_path FROM CURRENT AS $$
         DECLARE
           p integer;
         BEGIN

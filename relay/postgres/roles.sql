@@ -1,0 +1,39 @@
+-- Least-privilege roles for the relay's users. `relay db roles` runs this file; a DBA may
+-- run it by hand instead (psql -v ON_ERROR_STOP=1 -f roles.sql). Idempotent.
+--
+--   outbox_writer  services: INSERT into outbox, nothing else (the outbox triggers run
+--                  with the schema owner's rights)
+--   outbox_relay   `relay run` and jobs/outbox_relay.py: read and clean up the outbox,
+--                  dead-letter refused rows, check the schema revision
+--   outbox_mirror  `relay mirror` and jobs/mirror.py: offsets and dead letters; the
+--                  mirrored tables are granted one by one (GRANT SELECT, INSERT, UPDATE,
+--                  DELETE ON <table> TO outbox_mirror), e.g. in the table's migration
+--
+-- Creating a role needs CREATEROLE; when the roles exist already, the table owner can
+-- run the grants alone. Give login roles membership: CREATE ROLE app LOGIN PASSWORD '...'
+-- IN ROLE outbox_writer;
+DO $$
+DECLARE
+  name text;
+BEGIN
+  FOREACH name IN ARRAY ARRAY['outbox_writer', 'outbox_relay', 'outbox_mirror'] LOOP
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = name) THEN
+      EXECUTE format('CREATE ROLE %I NOLOGIN', name);
+    END IF;
+  END LOOP;
+  EXECUTE format(
+    'GRANT USAGE ON SCHEMA %I TO outbox_writer, outbox_relay, outbox_mirror', current_schema()
+  );
+END
+$$;
+
+GRANT INSERT ON outbox TO outbox_writer;
+
+GRANT SELECT, DELETE ON outbox TO outbox_relay;
+GRANT SELECT ON outbox_settings, alembic_version TO outbox_relay;
+GRANT SELECT ON SEQUENCE outbox_seq TO outbox_relay;
+GRANT INSERT ON outbox_dead_letters TO outbox_relay;
+
+GRANT SELECT ON alembic_version TO outbox_mirror;
+GRANT SELECT, INSERT, UPDATE ON mirror_offsets TO outbox_mirror;
+GRANT SELECT, INSERT ON mirror_dead_letters TO outbox_mirror;
