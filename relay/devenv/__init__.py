@@ -9,6 +9,7 @@ from .common import DevEnvError, Ports, configured_ports, resolve_workdir
 from .env import (
     DevEnvStatus,
     Endpoints,
+    SaslEndpoint,
     ServiceStatus,
     describe,
     describe_endpoints,
@@ -27,6 +28,7 @@ __all__ = [
     "DevEnvStatus",
     "Endpoints",
     "Ports",
+    "SaslEndpoint",
     "ServiceStatus",
     "configured_ports",
     "describe",

@@ -27,10 +27,12 @@ ENV_DIR = "RELAY_DEV_DIR"
 ENV_PG_PORT = "RELAY_DEV_PG_PORT"
 ENV_KAFKA_PORT = "RELAY_DEV_KAFKA_PORT"
 ENV_CONTROLLER_PORT = "RELAY_DEV_KAFKA_CONTROLLER_PORT"
+ENV_KAFKA_SASL_PORT = "RELAY_DEV_KAFKA_SASL_PORT"
 
 DEFAULT_PG_PORT = 55432
 DEFAULT_KAFKA_PORT = 59092
 DEFAULT_CONTROLLER_PORT = 59093
+DEFAULT_KAFKA_SASL_PORT = 59094
 
 
 class DevEnvError(RuntimeError):
@@ -53,6 +55,8 @@ class Ports:
     postgres: int
     kafka: int
     kafka_controller: int
+    kafka_sasl: int = DEFAULT_KAFKA_SASL_PORT
+    """The broker's SASL_PLAINTEXT (PLAIN mechanism) listener."""
 
 
 def _env_port(name: str, default: int) -> int:
@@ -74,9 +78,10 @@ def configured_ports() -> Ports:
         postgres=_env_port(ENV_PG_PORT, DEFAULT_PG_PORT),
         kafka=_env_port(ENV_KAFKA_PORT, DEFAULT_KAFKA_PORT),
         kafka_controller=_env_port(ENV_CONTROLLER_PORT, DEFAULT_CONTROLLER_PORT),
+        kafka_sasl=_env_port(ENV_KAFKA_SASL_PORT, DEFAULT_KAFKA_SASL_PORT),
     )
-    if len({ports.postgres, ports.kafka, ports.kafka_controller}) != 3:
-        raise DevEnvError(f"the development servers need three distinct ports, got {ports}")
+    if len({ports.postgres, ports.kafka, ports.kafka_controller, ports.kafka_sasl}) != 4:
+        raise DevEnvError(f"the development servers need four distinct ports, got {ports}")
     return ports
 
 

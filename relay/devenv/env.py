@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import kafka, postgres
@@ -17,10 +17,33 @@ from .common import (
     resolve_workdir,
     workdir_lock,
 )
+from .kafka_setup import SASL_PASSWORD, SASL_USERNAME
 
 log = logging.getLogger("relay.devenv")
 
 ENV_FILE_NAME = "env"
+
+
+@dataclass(frozen=True, slots=True)
+class SaslEndpoint:
+    """A Kafka listener that wants SASL_PLAINTEXT with the PLAIN mechanism."""
+
+    bootstrap_servers: str
+    username: str
+    password: str = field(repr=False)
+
+    def properties(self) -> dict[str, str]:
+        """librdkafka properties (without ``bootstrap.servers``) that log in here."""
+        return {
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": self.username,
+            "sasl.password": self.password,
+        }
+
+    def client_config(self) -> dict[str, str]:
+        """:meth:`properties` plus ``bootstrap.servers``: a whole client configuration."""
+        return {"bootstrap.servers": self.bootstrap_servers, **self.properties()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,9 +53,22 @@ class Endpoints:
     database_url: str
     """SQLAlchemy URL (``postgresql+psycopg://``) of the ``relay`` database."""
     bootstrap_servers: str
-    """Kafka ``bootstrap.servers``."""
+    """Kafka ``bootstrap.servers`` (PLAINTEXT, no authentication)."""
     admin_database_url: str
     """URL of a role that may CREATE/DROP DATABASE, connected to a maintenance database."""
+    sasl_bootstrap_servers: str | None = None
+    """The same broker's SASL_PLAINTEXT listener (PLAIN mechanism), if it has one."""
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+
+    @property
+    def sasl(self) -> SaslEndpoint | None:
+        """The SASL listener and its login, or None when the broker has none."""
+        if self.sasl_bootstrap_servers is None or self.sasl_username is None:
+            return None
+        return SaslEndpoint(
+            self.sasl_bootstrap_servers, self.sasl_username, self.sasl_password or ""
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,11 +99,24 @@ class DevEnvStatus:
         return describe_status(self)
 
 
-def endpoints_for(pg_port: int, kafka_port: int) -> Endpoints:
+def _endpoints(database_url: str, bootstrap: str, admin_url: str, sasl: str | None) -> Endpoints:
+    """``sasl`` is the broker's SASL listener (None if it has none)."""
     return Endpoints(
-        database_url=postgres.database_url(pg_port),
-        bootstrap_servers=kafka.bootstrap_servers(kafka_port),
-        admin_database_url=postgres.database_url(pg_port, "postgres"),
+        database_url=database_url,
+        bootstrap_servers=bootstrap,
+        admin_database_url=admin_url,
+        sasl_bootstrap_servers=sasl,
+        sasl_username=None if sasl is None else SASL_USERNAME,
+        sasl_password=None if sasl is None else SASL_PASSWORD,
+    )
+
+
+def endpoints_for(pg_port: int, kafka_port: int, sasl_bootstrap: str | None = None) -> Endpoints:
+    return _endpoints(
+        postgres.database_url(pg_port),
+        kafka.bootstrap_servers(kafka_port),
+        postgres.database_url(pg_port, "postgres"),
+        sasl_bootstrap,
     )
 
 
@@ -83,6 +132,17 @@ def _write_env_file(path: Path, endpoints: Endpoints) -> None:
         f"export RELAY_ADMIN_DATABASE_URL='{endpoints.admin_database_url}'\n"
         f"export RELAY_KAFKA_BOOTSTRAP_SERVERS='{endpoints.bootstrap_servers}'\n"
     )
+    if endpoints.sasl is not None:
+        text += (
+            "# The broker's SASL_PLAINTEXT listener (PLAIN), e.g. for `relay run`:\n"
+            '#   --kafka-bootstrap-servers "$RELAY_DEV_SASL_BOOTSTRAP_SERVERS"\n'
+            "#   -X security.protocol=SASL_PLAINTEXT -X sasl.mechanism=PLAIN\n"
+            '#   -X sasl.username="$RELAY_DEV_SASL_USERNAME" '
+            '-X sasl.password="$RELAY_DEV_SASL_PASSWORD"\n'
+            f"export RELAY_DEV_SASL_BOOTSTRAP_SERVERS='{endpoints.sasl.bootstrap_servers}'\n"
+            f"export RELAY_DEV_SASL_USERNAME='{endpoints.sasl.username}'\n"
+            f"export RELAY_DEV_SASL_PASSWORD='{endpoints.sasl.password}'\n"
+        )
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text)
     tmp.chmod(0o600)
@@ -118,10 +178,11 @@ def up(workdir: Path | None = None, *, timeout: float = DEFAULT_TIMEOUT) -> Endp
         database_url = postgres.start_postgres(wd, port=wanted.postgres, timeout=timeout)
         bootstrap = kafka.start_kafka(wd, ports=wanted, timeout=timeout)
         pg_port = postgres.postgres_port(wd)
-        endpoints = Endpoints(
-            database_url=database_url,
-            bootstrap_servers=bootstrap,
-            admin_database_url=postgres.database_url(pg_port, "postgres"),
+        endpoints = _endpoints(
+            database_url,
+            bootstrap,
+            postgres.database_url(pg_port, "postgres"),
+            kafka.sasl_bootstrap_servers(wd),
         )
         _write_env_file(env_file(wd), endpoints)
     log.info("development servers up in %.1fs", time.monotonic() - started)
@@ -168,7 +229,7 @@ def status(workdir: Path | None = None) -> DevEnvStatus:
             address=kafka.bootstrap_servers(k_ports.kafka),
             answering=k_pid is not None and kafka.kafka_answering(k_ports.kafka),
         ),
-        endpoints=endpoints_for(pg_port, k_ports.kafka),
+        endpoints=endpoints_for(pg_port, k_ports.kafka, kafka.sasl_bootstrap_servers(wd)),
     )
 
 
@@ -194,7 +255,16 @@ def describe_endpoints(endpoints: Endpoints, workdir: Path | None = None) -> str
             f"RELAY_DATABASE_URL={mask_url(endpoints.database_url)}",
             f"RELAY_ADMIN_DATABASE_URL={mask_url(endpoints.admin_database_url)}",
             f"RELAY_KAFKA_BOOTSTRAP_SERVERS={endpoints.bootstrap_servers}",
-            f"# to export them (with the password): source {_display_path(env_file(workdir))}",
+            *(
+                [
+                    f"RELAY_DEV_SASL_BOOTSTRAP_SERVERS={endpoints.sasl.bootstrap_servers}",
+                    f"RELAY_DEV_SASL_USERNAME={endpoints.sasl.username}",
+                    "RELAY_DEV_SASL_PASSWORD=***",
+                ]
+                if endpoints.sasl is not None
+                else []
+            ),
+            f"# to export them (with the passwords): source {_display_path(env_file(workdir))}",
         ]
     )
 

@@ -18,6 +18,7 @@ from .common import (
     DEFAULT_TIMEOUT,
     ENV_CONTROLLER_PORT,
     ENV_KAFKA_PORT,
+    ENV_KAFKA_SASL_PORT,
     LOOPBACK,
     DevEnvError,
     Ports,
@@ -37,6 +38,10 @@ from .common import (
 )
 from .kafka_setup import (
     JVM_OPTS,
+    SASL_LISTENER,
+    SASL_MECHANISM,
+    SASL_PASSWORD,
+    SASL_USERNAME,
     console_log,
     ensure_libs,
     format_storage,
@@ -45,6 +50,9 @@ from .kafka_setup import (
     kafka_dir,
     logs,
     pidfile,
+    properties_current,
+    properties_path,
+    sasl_port,
     server_log,
     write_properties,
 )
@@ -70,7 +78,7 @@ def kafka_pid(workdir: Path | None = None) -> int | None:
     if pid is None or not pid_alive(pid):
         return None
     cmdline = process_cmdline(pid)
-    if cmdline is not None and str(kafka_dir(wd) / "server.properties") not in cmdline:
+    if cmdline is not None and str(properties_path(wd)) not in cmdline:
         return None  # stale pid file whose pid was reused
     return pid
 
@@ -83,7 +91,26 @@ def kafka_ports(workdir: Path | None = None) -> Ports:
         postgres=conf.postgres,
         kafka=state.get("kafka_port", conf.kafka),
         kafka_controller=state.get("kafka_controller_port", conf.kafka_controller),
+        kafka_sasl=state.get("kafka_sasl_port", conf.kafka_sasl),
     )
+
+
+def sasl_bootstrap_servers(workdir: Path | None = None) -> str | None:
+    """``bootstrap.servers`` of the SASL_PLAINTEXT listener of the broker of ``workdir``
+    (as configured in its ``server.properties``), or None if it has none."""
+    port = sasl_port(resolve_workdir(workdir))
+    return None if port is None else bootstrap_servers(port)
+
+
+def sasl_client_config(bootstrap: str) -> dict[str, str | int | float | bool]:
+    """librdkafka settings that log in to the SASL listener ``bootstrap`` as ``relay``."""
+    return {
+        "bootstrap.servers": bootstrap,
+        "security.protocol": SASL_LISTENER,
+        "sasl.mechanism": SASL_MECHANISM,
+        "sasl.username": SASL_USERNAME,
+        "sasl.password": SASL_PASSWORD,
+    }
 
 
 def _client_conf(bootstrap: str) -> dict[str, str | int | float | bool]:
@@ -142,6 +169,22 @@ def _warm_up(port: int, deadline: float) -> None:
     raise DevEnvError(f"broker on {bootstrap} cannot coordinate transactions/groups yet: {last}")
 
 
+def _check_sasl(bootstrap: str, deadline: float) -> None:
+    """Wait until the SASL listener ``bootstrap`` authenticates ``relay`` and serves metadata."""
+    admin = AdminClient({**sasl_client_config(bootstrap), **_client_conf(bootstrap)})
+    last: Exception | str | None = None
+    while True:
+        try:
+            if admin.list_topics(timeout=max(1.0, min(5.0, deadline - time.monotonic()))).brokers:
+                return
+            last = "no brokers in the metadata"
+        except KafkaException as exc:
+            last = exc
+        if time.monotonic() >= deadline:
+            raise DevEnvError(f"SASL listener {bootstrap} does not log {SASL_USERNAME} in: {last}")
+        time.sleep(0.25)
+
+
 # --- lifecycle -----------------------------------------------------------------------------
 
 
@@ -150,17 +193,35 @@ def start_kafka(
 ) -> str:
     """Start the broker of ``workdir`` unless it is running (resolving jars and formatting
     storage on first use), wait until it serves metadata, transactions and consumer groups,
-    and return its bootstrap servers."""
+    and return its (PLAINTEXT) bootstrap servers.
+
+    A running broker keeps its ports; if its ``server.properties`` is not what this version
+    of relay.devenv writes (e.g. it predates the SASL listener), it is restarted once with
+    the current one."""
     wd = resolve_workdir(workdir)
     with workdir_lock(wd):
         deadline = time.monotonic() + timeout
         pid = kafka_pid(wd)
         if pid is not None:
+            running = kafka_ports(wd)
+            if not properties_current(wd, running):
+                log.warning(
+                    "the running Kafka broker (pid %d) has an outdated configuration; "
+                    "restarting it with the current one",
+                    pid,
+                )
+                stop_kafka(wd)
+                pid, ports = None, running
+        if pid is not None:
             port = kafka_ports(wd).kafka
         else:
             ports = ports or configured_ports()
             port = ports.kafka
-            wanted = ((ports.kafka, ENV_KAFKA_PORT), (ports.kafka_controller, ENV_CONTROLLER_PORT))
+            wanted = (
+                (ports.kafka, ENV_KAFKA_PORT),
+                (ports.kafka_controller, ENV_CONTROLLER_PORT),
+                (ports.kafka_sasl, ENV_KAFKA_SASL_PORT),
+            )
             for p, env in wanted:
                 if port_open(p):
                     raise DevEnvError(
@@ -181,6 +242,9 @@ def start_kafka(
             raise failure(f"Kafka broker (pid {pid}) exited during startup", *logs(wd))
         try:
             _warm_up(port, deadline)
+            sasl = sasl_bootstrap_servers(wd)
+            if sasl is not None:
+                _check_sasl(sasl, deadline)
         except DevEnvError as exc:
             raise failure(str(exc), server_log(wd)) from exc
         return bootstrap_servers(port)
@@ -205,14 +269,20 @@ def _launch(wd: Path, ports: Ports, timeout: float) -> int:
         str(props),
     ]
     log.info(
-        "starting Kafka broker on %s:%d (controller port %d)",
+        "starting Kafka broker on %s:%d (SASL port %d, controller port %d)",
         LOOPBACK,
         ports.kafka,
+        ports.kafka_sasl,
         ports.kafka_controller,
     )
     pid = spawn_detached(argv, cwd=kdir, output=console_log(wd))
     pidfile(wd).write_text(f"{pid}\n")
-    write_state(wd, kafka_port=ports.kafka, kafka_controller_port=ports.kafka_controller)
+    write_state(
+        wd,
+        kafka_port=ports.kafka,
+        kafka_controller_port=ports.kafka_controller,
+        kafka_sasl_port=ports.kafka_sasl,
+    )
     return pid
 
 

@@ -32,7 +32,9 @@ BROKER_SETTINGS = {
     "node.id": "1",
     "controller.listener.names": "CONTROLLER",
     "inter.broker.listener.name": "PLAINTEXT",
-    "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+    "listener.security.protocol.map": (
+        "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT"
+    ),
     "num.partitions": "1",
     "default.replication.factor": "1",
     "min.insync.replicas": "1",
@@ -56,6 +58,19 @@ BROKER_SETTINGS = {
     "log.segment.bytes": "67108864",
     "log.retention.check.interval.ms": "300000",
 }
+
+
+# The SASL_PLAINTEXT listener (PLAIN mechanism) for clients that authenticate; inter-broker
+# and controller traffic stay on PLAINTEXT. Fixed passwords: the broker only listens on
+# loopback. ``admin`` is the listener's own (unused, PLAINTEXT is inter-broker) login.
+SASL_LISTENER = "SASL_PLAINTEXT"
+SASL_MECHANISM = "PLAIN"
+SASL_USERNAME = "relay"
+SASL_PASSWORD = "relay-dev-secret"  # noqa: S105 - loopback-only dev broker
+SASL_ADMIN_USERNAME = "admin"
+SASL_ADMIN_PASSWORD = "admin-dev-secret"  # noqa: S105 - loopback-only dev broker
+_SASL_USERS = {SASL_ADMIN_USERNAME: SASL_ADMIN_PASSWORD, SASL_USERNAME: SASL_PASSWORD}
+_PROPERTIES_HEADER = "# Written by relay.devenv on every start; local edits are overwritten."
 
 
 def kafka_dir(workdir: Path) -> Path:
@@ -154,20 +169,74 @@ def classpath(workdir: Path) -> str:
     return str(libs_dir(workdir) / "*")
 
 
-def write_properties(workdir: Path, ports: Ports) -> Path:
+def _jaas_config() -> str:
+    users = " ".join(f'user_{name}="{password}"' for name, password in _SASL_USERS.items())
+    return (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        f'username="{SASL_ADMIN_USERNAME}" password="{SASL_ADMIN_PASSWORD}" {users};'
+    )
+
+
+def properties_path(workdir: Path) -> Path:
+    return kafka_dir(workdir) / "server.properties"
+
+
+def broker_properties(workdir: Path, ports: Ports) -> str:
+    """Text of ``server.properties`` for a broker of ``workdir`` on ``ports``."""
     kdir = kafka_dir(workdir)
+    sasl = SASL_LISTENER.lower()
+    plaintext = f"PLAINTEXT://{LOOPBACK}:{ports.kafka}"
+    sasl_listener = f"{SASL_LISTENER}://{LOOPBACK}:{ports.kafka_sasl}"
     settings = {
         **BROKER_SETTINGS,
-        "listeners": f"PLAINTEXT://{LOOPBACK}:{ports.kafka},CONTROLLER://{LOOPBACK}:{ports.kafka_controller}",
-        "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{ports.kafka}",
+        "listeners": (
+            f"{plaintext},{sasl_listener},CONTROLLER://{LOOPBACK}:{ports.kafka_controller}"
+        ),
+        "advertised.listeners": f"{plaintext},{sasl_listener}",
+        f"listener.name.{sasl}.sasl.enabled.mechanisms": SASL_MECHANISM,
+        f"listener.name.{sasl}.{SASL_MECHANISM.lower()}.sasl.jaas.config": _jaas_config(),
         "controller.quorum.voters": f"1@{LOOPBACK}:{ports.kafka_controller}",
         "log.dirs": str(kdir / "data"),
     }
-    props = kdir / "server.properties"
-    lines = ["# Written by relay.devenv on every start; local edits are overwritten."]
-    lines += [f"{key}={value}" for key, value in settings.items()]
-    props.write_text("\n".join(lines) + "\n")
+    lines = [_PROPERTIES_HEADER, *(f"{key}={value}" for key, value in settings.items())]
+    return "\n".join(lines) + "\n"
+
+
+def write_properties(workdir: Path, ports: Ports) -> Path:
+    """Write ``server.properties`` (owner-only: it holds the SASL passwords)."""
+    props = properties_path(workdir)
+    tmp = props.with_suffix(".tmp")
+    tmp.write_text(broker_properties(workdir, ports))
+    tmp.chmod(0o600)
+    tmp.replace(props)
     return props
+
+
+def properties_current(workdir: Path, ports: Ports) -> bool:
+    """True if ``server.properties`` is what :func:`write_properties` would write now."""
+    try:
+        return properties_path(workdir).read_text() == broker_properties(workdir, ports)
+    except OSError:
+        return False
+
+
+def sasl_port(workdir: Path) -> int | None:
+    """Port of the SASL listener in ``server.properties``, or None (no file, or written
+    by an older relay.devenv without the listener)."""
+    try:
+        lines = properties_path(workdir).read_text().splitlines()
+    except OSError:
+        return None
+    prefix = f"{SASL_LISTENER}://{LOOPBACK}:"
+    for line in lines:
+        name, _, value = line.partition("=")
+        if name.strip() != "advertised.listeners":
+            continue
+        for listener in value.split(","):
+            port = listener.strip().removeprefix(prefix)
+            if port != listener.strip() and port.isdigit():
+                return int(port)
+    return None
 
 
 def format_storage(workdir: Path, props: Path, timeout: float) -> None:

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka.admin import AdminClient
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
 from relay import devenv
-from relay.devenv import Endpoints
+from relay.devenv import Endpoints, SaslEndpoint, kafka_setup
 
 
 @pytest.fixture
@@ -44,6 +45,11 @@ def test_up_is_idempotent(local_workdir: Path, endpoints: Endpoints) -> None:
     env_text = devenv.env_file(local_workdir).read_text()
     assert f"RELAY_DATABASE_URL='{endpoints.database_url}'" in env_text
     assert f"RELAY_KAFKA_BOOTSTRAP_SERVERS='{endpoints.bootstrap_servers}'" in env_text
+    sasl = endpoints.sasl
+    assert sasl is not None
+    assert f"RELAY_DEV_SASL_BOOTSTRAP_SERVERS='{sasl.bootstrap_servers}'" in env_text
+    assert f"RELAY_DEV_SASL_USERNAME='{sasl.username}'" in env_text
+    assert f"RELAY_DEV_SASL_PASSWORD='{sasl.password}'" in env_text
 
 
 def test_printed_settings_mask_the_password(endpoints: Endpoints) -> None:
@@ -51,6 +57,45 @@ def test_printed_settings_mask_the_password(endpoints: Endpoints) -> None:
     assert "RELAY_KAFKA_BOOTSTRAP_SERVERS=" in shown
     assert ":***@" in shown
     assert "relay:relay@" not in shown
+    if endpoints.sasl is not None:
+        assert f"RELAY_DEV_SASL_BOOTSTRAP_SERVERS={endpoints.sasl.bootstrap_servers}" in shown
+        assert "RELAY_DEV_SASL_PASSWORD=***" in shown
+        assert endpoints.sasl.password not in shown
+        assert endpoints.sasl.password not in repr(endpoints)
+
+
+def test_sasl_listener_logs_relay_in(sasl_endpoint: SaslEndpoint) -> None:
+    admin = AdminClient(sasl_endpoint.client_config())
+    assert admin.list_topics(timeout=15).brokers
+
+
+def test_sasl_port_is_configurable_and_distinct(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RELAY_DEV_KAFKA_SASL_PORT", "60123")
+    assert devenv.configured_ports().kafka_sasl == 60123
+    monkeypatch.setenv("RELAY_DEV_KAFKA_SASL_PORT", str(devenv.configured_ports().kafka))
+    with pytest.raises(devenv.DevEnvError, match="four distinct ports"):
+        devenv.configured_ports()
+
+
+def test_outdated_broker_configuration_is_detected(tmp_path: Path) -> None:
+    """A broker whose server.properties predates the SASL listener is restarted by ``up``
+    (start_kafka compares the file with what it would write now)."""
+    ports = devenv.Ports(postgres=1, kafka=2, kafka_controller=3, kafka_sasl=4)
+    (tmp_path / "kafka").mkdir()
+    props = kafka_setup.write_properties(tmp_path, ports)
+    assert props.stat().st_mode & 0o077 == 0  # it holds the SASL passwords
+    assert kafka_setup.properties_current(tmp_path, ports)
+    assert kafka_setup.sasl_port(tmp_path) == 4
+    assert 'user_relay="relay-dev-secret"' in props.read_text()
+    old = [
+        line.replace(",SASL_PLAINTEXT://127.0.0.1:4", "")
+        for line in props.read_text().splitlines()
+        if not line.startswith("listener.name.")
+    ]
+    props.write_text("\n".join(old) + "\n")
+    assert not kafka_setup.properties_current(tmp_path, ports)
+    assert kafka_setup.sasl_port(tmp_path) is None
+    assert not kafka_setup.properties_current(tmp_path / "missing", ports)
 
 
 def test_postgres_accepts_connections(database_url: str) -> None:
