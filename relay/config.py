@@ -10,6 +10,7 @@ guarantees depend on; setting one of them is an error.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -100,7 +101,9 @@ def parse_property_pairs(pairs: Iterable[str], source: str) -> dict[str, str]:
         name, sep, value = pair.partition("=")
         name = name.strip()
         if not sep or not name:
-            shown = pair if "=" not in pair else f"{name}=***"
+            # Never echo more than the leading property name: the rest may be a secret.
+            leading = re.match(r"[\w.-]*", pair)
+            shown = f"{leading[0] if leading else ''}..."
             raise ConfigurationError(
                 f"{source}: expected a Kafka property as name=value, got {shown!r}"
             )
