@@ -12,6 +12,12 @@ creates PATH first, and writes its pid there. Points: ``startup`` (fenced, posit
 read, nothing published), ``after_produce`` (records sent inside the open Kafka
 transaction), ``before_commit`` (same place, for pausing), ``after_commit`` (Kafka
 committed, DB housekeeping not done).
+
+The mirror (``relay mirror``, ``jobs/mirror.py``) has points of its own, where
+``partition`` is the Kafka partition: ``mirror_before_apply`` (a batch fetched and
+decoded, no database transaction open yet), ``mirror_after_apply`` (rows, dead letters
+and the offset written, the database transaction not yet committed) and
+``mirror_after_commit``.
 """
 
 from __future__ import annotations
@@ -23,7 +29,17 @@ from dataclasses import dataclass
 
 from relay.errors import ConfigurationError, RelayError
 
-POINTS = frozenset({"startup", "after_produce", "before_commit", "after_commit"})
+POINTS = frozenset(
+    {
+        "startup",
+        "after_produce",
+        "before_commit",
+        "after_commit",
+        "mirror_before_apply",
+        "mirror_after_apply",
+        "mirror_after_commit",
+    }
+)
 ACTIONS = frozenset({"kill", "stop", "raise"})
 ENV_VAR = "RELAY_FAILPOINTS"
 

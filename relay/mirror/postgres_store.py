@@ -1,0 +1,315 @@
+"""The mirror's PostgreSQL edge: offsets (compare-and-set), row operations, dead letters.
+
+One batch is one transaction::
+
+    UPDATE mirror_offsets SET next_offset = :next WHERE ... AND next_offset = :expected
+    (or INSERT ... ON CONFLICT DO NOTHING for a partition's first batch; 0 rows: conflict)
+    SAVEPOINT; upserts and deletes in record order; on a constraint or data error:
+        ROLLBACK TO SAVEPOINT, then one SAVEPOINT per record, dead-lettering the failures
+    INSERT INTO mirror_dead_letters ...
+    COMMIT
+
+The offset row is locked first, so two instances on one partition serialize there: the
+second one waits, then finds the offset moved and rolls back without writing a row.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import datetime
+from itertools import groupby
+
+import sqlalchemy as sa
+from sqlalchemy import Connection, Engine
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+
+from relay.errors import MirrorOffsetConflict, RetriableError
+from relay.mirror.types import (
+    ApplyResult,
+    Batch,
+    DeadLetter,
+    Decoded,
+    Delete,
+    Op,
+    ResolvedTable,
+    TopicPartitionKey,
+    Upsert,
+)
+from relay.postgres.database import translate
+from relay.secrets import Secret, mask_text
+
+_metadata = sa.MetaData()
+mirror_offsets = sa.Table(
+    "mirror_offsets",
+    _metadata,
+    sa.Column("consumer_group", sa.Text, primary_key=True),
+    sa.Column("topic", sa.Text, primary_key=True),
+    sa.Column("partition", sa.Integer, primary_key=True),
+    sa.Column("next_offset", sa.BigInteger, nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)
+mirror_dead_letters = sa.Table(
+    "mirror_dead_letters",
+    _metadata,
+    sa.Column("id", sa.BigInteger, primary_key=True),
+    sa.Column("consumer_group", sa.Text, nullable=False),
+    sa.Column("topic", sa.Text, nullable=False),
+    sa.Column("partition", sa.Integer, nullable=False),
+    sa.Column("offset", sa.BigInteger, nullable=False),
+    sa.Column("key", postgresql.BYTEA),
+    sa.Column("value", postgresql.BYTEA),
+    sa.Column("headers", postgresql.JSONB, nullable=False),
+    sa.Column("error", sa.Text, nullable=False),
+)
+
+_SELECT_OFFSETS = sa.text(
+    "SELECT topic, partition, next_offset FROM mirror_offsets "
+    "WHERE consumer_group = :group AND topic = ANY(:topics)"
+)
+_CAS = sa.text(
+    "UPDATE mirror_offsets SET next_offset = :next, updated_at = now() "
+    "WHERE consumer_group = :group AND topic = :topic AND partition = :partition "
+    "AND next_offset = :expected"
+)
+_FIRST = sa.text(
+    "INSERT INTO mirror_offsets (consumer_group, topic, partition, next_offset) "
+    "VALUES (:group, :topic, :partition, :next) ON CONFLICT DO NOTHING"
+)
+_INSERT_DEAD = postgresql.insert(mirror_dead_letters).on_conflict_do_nothing(
+    index_elements=["consumer_group", "topic", "partition", "offset"]
+)
+
+
+class _TableStatements:
+    def __init__(self, resolved: ResolvedTable, table: sa.Table) -> None:
+        mapping = resolved.mapping
+        for column in table.c:  # a JSON null field becomes SQL NULL, not JSON 'null'
+            if isinstance(column.type, postgresql.JSONB):
+                column.type = postgresql.JSONB(none_as_null=True)
+            elif isinstance(column.type, sa.JSON):
+                column.type = postgresql.JSON(none_as_null=True)
+        version = table.c[mapping.version.column]
+        insert = postgresql.insert(table)
+        updated = [c for c, _ in mapping.columns] + [mapping.version.column]
+        self.upsert = insert.on_conflict_do_update(
+            index_elements=[table.c[k] for k in mapping.key.columns],
+            set_={c: insert.excluded[c] for c in updated},
+            where=version < insert.excluded[mapping.version.column],
+        )
+        self.key_columns = mapping.key.columns
+        match_key = [table.c[k] == sa.bindparam(f"key_{i}") for i, k in enumerate(self.key_columns)]
+        self.delete = sa.delete(table).where(*match_key)
+        self.delete_guarded = sa.delete(table).where(*match_key, version <= sa.bindparam("version"))
+
+    def delete_params(self, op: Delete) -> dict[str, object]:
+        params = {f"key_{i}": op.key[k] for i, k in enumerate(self.key_columns)}
+        if op.version is not None:
+            params["version"] = op.version
+        return params
+
+
+class PostgresMirrorStore:
+    """Implements :class:`relay.mirror.ports.MirrorStore` for one consumer group."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        url: Secret,
+        group: str,
+        tables: Sequence[ResolvedTable],
+        reflected: Mapping[str, sa.Table],
+    ) -> None:
+        self._engine = engine
+        self._url = url
+        self._group = group
+        self._statements = {t.table: _TableStatements(t, reflected[t.table]) for t in tables}
+
+    def stored_offsets(
+        self, partitions: Sequence[TopicPartitionKey]
+    ) -> dict[TopicPartitionKey, int]:
+        wanted = set(partitions)
+        topics = sorted({topic for topic, _ in wanted})
+        with self._errors("reading mirror_offsets"), self._engine.connect() as conn:
+            rows = conn.execute(_SELECT_OFFSETS, {"group": self._group, "topics": topics}).all()
+        return {
+            (r.topic, r.partition): int(r.next_offset)
+            for r in rows
+            if (r.topic, r.partition) in wanted
+        }
+
+    def apply(self, batch: Batch, before_commit: Callable[[], None]) -> ApplyResult:
+        with (
+            self._errors(f"applying {batch.topic}[{batch.partition}]"),
+            self._engine.connect() as conn,
+            conn.begin(),
+        ):
+            self._advance(conn, batch)
+            applied, dead = self._write(conn, batch.items)
+            if dead:
+                conn.execute(_INSERT_DEAD, [self._dead_row(d) for d in dead])
+            before_commit()
+        skipped = sum(1 for item in batch.items if item.skipped)
+        return ApplyResult(applied, skipped, tuple(dead))
+
+    def _advance(self, conn: Connection, batch: Batch) -> None:
+        params = {
+            "group": self._group,
+            "topic": batch.topic,
+            "partition": batch.partition,
+            "next": batch.next_offset,
+            "expected": batch.expected,
+        }
+        statement = _FIRST if batch.expected is None else _CAS
+        if conn.execute(statement, params).rowcount != 1:
+            shown = "no stored offset" if batch.expected is None else f"offset {batch.expected}"
+            raise MirrorOffsetConflict(
+                f"another consumer of group {self._group} moved the stored offset "
+                f"(this instance expected {shown}); batch rolled back",
+                batch.topic,
+                batch.partition,
+                batch.expected,
+            )
+
+    def _write(self, conn: Connection, items: Sequence[Decoded]) -> tuple[int, list[DeadLetter]]:
+        dead = [DeadLetter(item.record, item.error) for item in items if item.error is not None]
+        with_ops = [item for item in items if item.ops]
+        try:
+            with conn.begin_nested():
+                self._run(conn, [op for item in with_ops for op in item.ops])
+            return len(with_ops), dead
+        except DBAPIError as exc:
+            if not _record_error(exc):
+                raise
+        applied = 0
+        for item in with_ops:  # one savepoint per record: the good ones still apply
+            try:
+                with conn.begin_nested():
+                    self._run(conn, item.ops)
+                applied += 1
+            except DBAPIError as exc:
+                if not _record_error(exc):
+                    raise
+                dead.append(DeadLetter(item.record, _db_reason(exc)))
+        dead.sort(key=lambda d: d.record.offset)
+        return applied, dead
+
+    def _run(self, conn: Connection, ops: Sequence[Op]) -> None:
+        """Consecutive operations of one kind on one table go as one executemany, in
+        record order (psycopg pipelines them); a key may repeat within a run."""
+        for (kind, table, guarded), run in groupby(ops, key=_run_key):
+            statements = self._statements[table]
+            group = list(run)
+            if kind == "upsert":
+                conn.execute(statements.upsert, [op.row for op in _upserts(group)])
+            else:
+                params = [statements.delete_params(op) for op in _deletes(group)]
+                conn.execute(statements.delete_guarded if guarded else statements.delete, params)
+
+    def _dead_row(self, dead: DeadLetter) -> dict[str, object]:
+        record = dead.record
+        return {
+            "consumer_group": self._group,
+            "topic": record.topic,
+            "partition": record.partition,
+            "offset": record.offset,
+            "key": record.key,
+            "value": record.value,
+            "headers": [_header_json(name, value) for name, value in record.headers],
+            "error": dead.error.replace("\x00", "\\x00"),
+        }
+
+    def _errors(self, doing: str) -> _Translating:
+        return _Translating(self._url, doing)
+
+
+class _Translating:
+    """Driver errors as relay errors: lost connections, deadlocks and serialization
+    failures are retriable (the batch was rolled back, or committed: the compare-and-set
+    of the retry tells which); anything else is a DatabaseError."""
+
+    def __init__(self, url: Secret, doing: str) -> None:
+        self._url, self._doing = url, doing
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, DBAPIError):
+            error = translate(exc, self._url, self._doing)
+            if _transient(exc):
+                raise RetriableError(str(error)) from None
+            raise error from None
+
+
+def group_offsets(engine: Engine, url: Secret, group: str) -> list[tuple[str, int, int, datetime]]:
+    """Every stored offset of ``group``: (topic, partition, next offset, updated at)."""
+    query = sa.select(
+        mirror_offsets.c.topic,
+        mirror_offsets.c.partition,
+        mirror_offsets.c.next_offset,
+        mirror_offsets.c.updated_at,
+    ).where(mirror_offsets.c.consumer_group == group)
+    with _Translating(url, "reading mirror_offsets"), engine.connect() as conn:
+        return [
+            (r[0], r[1], r[2], r[3]) for r in conn.execute(query.order_by("topic", "partition"))
+        ]
+
+
+def _run_key(op: Op) -> tuple[str, str, bool]:
+    if isinstance(op, Upsert):
+        return ("upsert", op.table, False)
+    return ("delete", op.table, op.version is not None)
+
+
+def _upserts(ops: Sequence[Op]) -> Iterator[Upsert]:
+    return (op for op in ops if isinstance(op, Upsert))
+
+
+def _deletes(ops: Sequence[Op]) -> Iterator[Delete]:
+    return (op for op in ops if isinstance(op, Delete))
+
+
+# Connection exceptions, transaction rollbacks (serialization failure, deadlock), operator
+# intervention (shutdown, idle-in-transaction timeout), insufficient resources.
+_TRANSIENT_SQLSTATES = ("08", "40", "53", "57P", "25P03")
+
+
+def _transient(exc: DBAPIError) -> bool:
+    sqlstate = str(getattr(exc.orig, "sqlstate", None) or "")
+    return (
+        isinstance(exc, OperationalError | InterfaceError)
+        or exc.connection_invalidated
+        or sqlstate.startswith(_TRANSIENT_SQLSTATES)
+    )
+
+
+def _record_error(exc: DBAPIError) -> bool:
+    """A constraint or data error: the record's fault, not the database's."""
+    sqlstate = str(getattr(exc.orig, "sqlstate", None) or "")
+    return (
+        isinstance(exc, sa.exc.IntegrityError | sa.exc.DataError)
+        or sqlstate.startswith(("22", "23"))
+        or sqlstate == "42804"
+    )
+
+
+def _db_reason(exc: DBAPIError) -> str:
+    orig = exc.orig if exc.orig is not None else exc
+    sqlstate = getattr(orig, "sqlstate", None)
+    first = (str(orig).strip().splitlines() or ["?"])[0]
+    code = f" [SQLSTATE {sqlstate}]" if sqlstate else ""
+    return f"database rejected the record{code}: {mask_text(first)}"
+
+
+def _header_json(name: str, value: bytes | None) -> dict[str, str | None]:
+    if value is None:
+        return {"name": name, "value": None}
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is None or "\x00" in text:
+        return {"name": name, "base64": base64.b64encode(value).decode("ascii")}
+    return {"name": name, "value": text}
