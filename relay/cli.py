@@ -175,6 +175,10 @@ def build_parser() -> argparse.ArgumentParser:
     dev = commands.add_parser("dev", help="local PostgreSQL and Kafka for development")
     dev.add_argument("action", choices=["up", "down", "status"])
     dev.set_defaults(handler=_cmd_dev)
+
+    from relay.chaos.cli import add_chaos_command
+
+    add_chaos_command(commands)
     return parser
 
 

@@ -1,0 +1,329 @@
+"""The faults: what each kind does, a seeded plan, and the log of what was injected.
+
+Every fault is logged as one line (ISO timestamp, number, kind, what happened) and as
+one JSON object per line in ``faults.jsonl``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import TextIO
+
+from relay.chaos.processes import (
+    ManagedProcess,
+    Supervisor,
+    command_line,
+    descendants,
+    is_stopped,
+)
+from relay.timing import Clock
+
+
+class FaultKind(StrEnum):
+    KILL9_RELAY = "kill9_relay"
+    KILL9_MIRROR = "kill9_mirror"
+    KILL9_SPARK = "kill9_spark"
+    KILL9_BROKER = "kill9_broker"
+    RESTART_POSTGRES = "restart_postgres"
+    PAUSE_RELAY = "pause_relay"
+    PAUSE_MIRROR = "pause_mirror"
+
+
+# Relative frequency once every kind has been injected once; the slow faults (broker
+# restart, Spark start-up, a mirror's session timeout) are rarer.
+WEIGHTS: dict[FaultKind, float] = {
+    FaultKind.KILL9_RELAY: 3.0,
+    FaultKind.KILL9_MIRROR: 2.0,
+    FaultKind.KILL9_SPARK: 1.0,
+    FaultKind.KILL9_BROKER: 1.0,
+    FaultKind.RESTART_POSTGRES: 2.0,
+    FaultKind.PAUSE_RELAY: 2.0,
+    FaultKind.PAUSE_MIRROR: 1.0,
+}
+
+
+def plan_faults(count: int, kinds: Sequence[FaultKind], rng: random.Random) -> list[FaultKind]:
+    """``count`` fault kinds: every kind once (shuffled) first, then weighted draws."""
+    if not kinds:
+        return []
+    first = list(kinds)
+    rng.shuffle(first)
+    rest = rng.choices(list(kinds), [WEIGHTS[k] for k in kinds], k=max(0, count - len(first)))
+    return (first + rest)[:count]
+
+
+class FaultSkipped(Exception):
+    """The fault could not be injected (its target never came up in time)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FaultRecord:
+    n: int
+    of: int
+    kind: str
+    at: str
+    injected: bool
+    target: str
+    detail: str
+    seconds: float
+
+    def line(self) -> str:
+        state = "" if self.injected else " (skipped)"
+        return (
+            f"{self.at} fault {self.n}/{self.of} {self.kind}{state}: {self.target}; "
+            f"{self.detail} ({self.seconds:.1f} s)"
+        )
+
+
+class FaultLog:
+    def __init__(
+        self, path: Path, emit: Callable[[str], None], now: Callable[[], datetime]
+    ) -> None:
+        self._file: TextIO = path.open("a", encoding="utf-8")
+        self._emit = emit
+        self.now = now
+        self.records: list[FaultRecord] = []
+
+    def add(self, record: FaultRecord) -> None:
+        self.records.append(record)
+        self._file.write(json.dumps(asdict(record)) + "\n")
+        self._file.flush()
+        self._emit(record.line())
+
+    def close(self) -> None:
+        self._file.close()
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    target: str
+    detail: str
+
+
+@dataclass
+class FaultContext:
+    """What the faults act on. ``restart_broker``/``restart_database`` crash and restart
+    the chaos servers."""
+
+    supervisor: Supervisor
+    clock: Clock
+    rng: random.Random
+    relay_partitions: int
+    mirror_slots: Sequence[str]
+    restart_broker: Callable[[], None]
+    restart_database: Callable[[], None]
+    mirror_pause_s: float = 15.0
+    target_timeout_s: float = 30.0
+
+    def wait(self, condition: Callable[[], bool], timeout: float) -> bool:
+        deadline = self.clock.monotonic() + timeout
+        while not condition():
+            if self.clock.monotonic() > deadline:
+                return False
+            self.clock.wait(0.1)
+        return True
+
+    def running(self, slot: str, timeout: float | None = None) -> ManagedProcess:
+        found: list[ManagedProcess] = []
+
+        def up() -> bool:
+            process = self.supervisor.running(slot)
+            if process is not None:
+                found.append(process)
+            return process is not None
+
+        if not self.wait(up, self.target_timeout_s if timeout is None else timeout):
+            raise FaultSkipped(f"no {slot} process came up")
+        return found[-1]
+
+
+def kill9_relay(ctx: FaultContext) -> Outcome:
+    process = ctx.running("relay")
+    process.kill_tree()
+    return Outcome(f"relay pid {process.pid}", "SIGKILL")
+
+
+def kill9_mirror(ctx: FaultContext) -> Outcome:
+    process = ctx.running(ctx.rng.choice(list(ctx.mirror_slots)))
+    process.kill_tree()
+    return Outcome(f"{process.name} pid {process.pid}", "SIGKILL")
+
+
+def kill9_spark(ctx: FaultContext) -> Outcome:
+    """Kill a Spark job while its tasks publish: the whole job (driver, JVM, Python
+    workers) or one Python worker (Spark re-runs the task)."""
+    ctx.supervisor.start_now("spark")
+    job = ctx.running("spark", timeout=60.0)
+    if not ctx.wait(lambda: not job.alive or "fenced, position" in job.output(), 90.0):
+        raise FaultSkipped(f"spark job pid {job.pid} never started a task")
+    if not job.alive:
+        raise FaultSkipped(f"spark job pid {job.pid} finished before the kill")
+    workers = [
+        pid
+        for pid in descendants(job.pid)
+        if "pyspark.daemon" in command_line(pid) and descendants(pid) == []
+    ]
+    if workers and ctx.rng.random() < 0.5:
+        worker = ctx.rng.choice(workers)
+        _kill(worker)
+        return Outcome(f"spark job pid {job.pid}", f"SIGKILL of Python worker pid {worker}")
+    job.kill_tree()
+    return Outcome(f"spark job pid {job.pid}", "SIGKILL of the driver, its JVM and workers")
+
+
+def kill9_broker(ctx: FaultContext) -> Outcome:
+    ctx.restart_broker()
+    return Outcome("Kafka broker", "SIGKILL, restarted and answering")
+
+
+def restart_postgres(ctx: FaultContext) -> Outcome:
+    ctx.restart_database()
+    return Outcome("PostgreSQL", "pg_ctl stop -m immediate, restarted")
+
+
+def _stop(ctx: FaultContext, process: ManagedProcess, inside: str) -> str:
+    """SIGSTOP ``process``; half of the time (when it has a trap) let it stop itself at
+    its failpoint instead, i.e. ``inside`` a transaction. Returns where it stopped."""
+    where = "anywhere"
+    if ctx.rng.random() < 0.5 and process.arm_trap():
+        if ctx.wait(lambda: _stopped_or_gone(process), 8.0):
+            where = inside
+        elif process.disarm_trap():
+            where = "anywhere (nothing to do before the trap was disarmed)"
+        elif ctx.wait(lambda: _stopped_or_gone(process), 5.0):
+            where = inside
+    process.signal_group(signal.SIGSTOP)
+    return where
+
+
+def pause_relay(ctx: FaultContext) -> Outcome:
+    """SIGSTOP the relay (half of the time inside a Kafka transaction), start a new
+    instance that fences it, SIGCONT the old one once the new one has taken over."""
+    old = ctx.running("relay")
+    where = _stop(ctx, old, "inside a Kafka transaction")
+    replaced = ctx.supervisor.replace("relay")
+    if replaced is None:
+        old.signal_group(signal.SIGCONT)
+        raise FaultSkipped(f"relay pid {old.pid} exited before it could be replaced")
+    _, new = replaced
+    took_over = ctx.wait(
+        lambda: _fenced_partitions(new) >= ctx.relay_partitions or not new.alive, 60.0
+    )
+    old.signal_group(signal.SIGCONT)
+    state = "fenced by" if took_over and new.alive else "NOT fenced by"
+    return Outcome(
+        f"relay pid {old.pid}", f"SIGSTOP {where}, {state} new relay pid {new.pid}, SIGCONT"
+    )
+
+
+def pause_mirror(ctx: FaultContext) -> Outcome:
+    """SIGSTOP a mirror consumer until the group gives its partitions to another one
+    (the other consumer logs an assignment), at most ``mirror_pause_s``."""
+    slot = ctx.rng.choice(list(ctx.mirror_slots))
+    old = ctx.running(slot)
+    others = [ctx.supervisor.running(name) for name in ctx.mirror_slots if name != slot]
+    seen = {p.pid: p.output().count("assigned ") for p in others if p is not None}
+    where = _stop(ctx, old, "inside its database transaction")
+    stopped = ctx.clock.monotonic()
+
+    def reassigned() -> bool:
+        return any(
+            p is not None and p.output().count("assigned ") > seen.get(p.pid, 0) for p in others
+        )
+
+    moved = ctx.wait(reassigned, ctx.mirror_pause_s)
+    held = ctx.clock.monotonic() - stopped
+    old.signal_group(signal.SIGCONT)
+    state = "its partitions reassigned" if moved else "no reassignment seen"
+    return Outcome(f"{slot} pid {old.pid}", f"SIGSTOP {where} for {held:.0f} s ({state}), SIGCONT")
+
+
+ACTIONS: dict[FaultKind, Callable[[FaultContext], Outcome]] = {
+    FaultKind.KILL9_RELAY: kill9_relay,
+    FaultKind.KILL9_MIRROR: kill9_mirror,
+    FaultKind.KILL9_SPARK: kill9_spark,
+    FaultKind.KILL9_BROKER: kill9_broker,
+    FaultKind.RESTART_POSTGRES: restart_postgres,
+    FaultKind.PAUSE_RELAY: pause_relay,
+    FaultKind.PAUSE_MIRROR: pause_mirror,
+}
+
+
+def _fenced_partitions(process: ManagedProcess) -> int:
+    text = process.output()
+    return len(
+        {
+            line.split("relay partition ", 1)[1].split(":")[0]
+            for line in text.splitlines()
+            if "fenced, position" in line and "relay partition " in line
+        }
+    )
+
+
+def _stopped_or_gone(process: ManagedProcess) -> bool:
+    return not process.alive or is_stopped(process.pid)
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+class FaultInjector:
+    """Injects the planned faults one after another, with seeded gaps, within a time
+    limit; each one is logged when it ends."""
+
+    def __init__(
+        self,
+        plan: Sequence[FaultKind],
+        ctx: FaultContext,
+        log: FaultLog,
+        *,
+        gap_s: tuple[float, float],
+        deadline: float,
+        stop: threading.Event,
+    ) -> None:
+        self._plan = plan
+        self._ctx = ctx
+        self._log = log
+        self._gap = gap_s
+        self._deadline = deadline
+        self._stop = stop
+
+    def run(self) -> None:
+        clock = self._ctx.clock
+        for n, kind in enumerate(self._plan, start=1):
+            if clock.wait(self._ctx.rng.uniform(*self._gap), self._stop):
+                return
+            if clock.monotonic() >= self._deadline:  # no fault starts after the limit
+                return
+            at = self._log.now().isoformat(timespec="milliseconds")
+            started = clock.monotonic()
+            try:
+                outcome = ACTIONS[kind](self._ctx)
+                injected = True
+            except FaultSkipped as exc:
+                outcome, injected = Outcome("-", str(exc)), False
+            seconds = clock.monotonic() - started
+            self._log.add(
+                FaultRecord(
+                    n,
+                    len(self._plan),
+                    kind.value,
+                    at,
+                    injected,
+                    outcome.target,
+                    outcome.detail,
+                    round(seconds, 2),
+                )
+            )

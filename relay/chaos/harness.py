@@ -1,0 +1,249 @@
+"""`relay chaos`: workload, faults and the independent checker in one run.
+
+1. start a PostgreSQL server and a Kafka broker of the run's own (never the shared ones),
+   migrate, create the workload's tables and topic;
+2. start the processes under test: a continuous ``relay run``, a Spark job run now and
+   then, and (when the mirror is installed) two ``relay mirror`` consumers of one group;
+   a supervisor restarts whatever exits;
+3. start the writers, then inject the planned faults, bounded in count and time;
+4. stop the writers and the processes, drain with ``relay run --once`` and
+   ``relay mirror --once``, then run the checker and stop the servers.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import shutil
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from sqlalchemy import create_engine
+
+from relay import devenv
+from relay.chaos import setup
+from relay.chaos.checker import CheckResult
+from relay.chaos.faults import (
+    FaultContext,
+    FaultInjector,
+    FaultKind,
+    FaultLog,
+    FaultRecord,
+    plan_faults,
+)
+from relay.chaos.processes import Supervisor
+from relay.chaos.readers import KafkaAccess, run_check
+from relay.chaos.servers import ChaosServers, remove_workdir, start_servers, stop_servers
+from relay.chaos.workload import MIRROR, Workload, WorkloadConfig, WorkloadStats
+from relay.errors import RelayError
+from relay.postgres.migrations import PROJECT_ROOT
+from relay.timing import Clock
+
+log = logging.getLogger(__name__)
+
+
+class ChaosError(RelayError):
+    """The chaos run could not finish (no verdict on the relay)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChaosConfig:
+    faults: int = 200
+    seed: int = 7
+    duration_limit_s: float = 780.0
+    kinds: tuple[FaultKind, ...] = tuple(FaultKind)
+    workdir: Path | None = None
+    keep_workdir: bool = False
+    relay_partitions: int = 4
+    topic_partitions: int = 3
+    gap_s: tuple[float, float] = (0.3, 1.5)
+    warmup_s: float = 5.0
+    spark_every_s: tuple[float, float] = (10.0, 25.0)
+    mirror_pause_s: float = 15.0
+    drain_timeout_s: float = 240.0
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+
+
+@dataclass
+class ChaosReport:
+    seed: int
+    planned: int
+    faults: list[FaultRecord]
+    result: CheckResult
+    workload: WorkloadStats
+    processes: dict[str, tuple[int, Counter[str]]]
+    zombie_exits: Counter[str]
+    duration_s: float
+    workdir: Path
+
+    @property
+    def injected(self) -> Counter[str]:
+        return Counter(r.kind for r in self.faults if r.injected)
+
+    @property
+    def ok(self) -> bool:
+        return self.result.ok
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "seed": self.seed,
+            "faults_planned": self.planned,
+            "faults_injected": dict(self.injected),
+            "faults": [asdict(r) for r in self.faults],
+            "events": self.result.events,
+            "ledger": self.result.ledger,
+            "anomalies": self.result.anomalies,
+            "mirror_checked": self.result.mirror_mismatch is not None,
+            "ok": self.ok,
+            "workload": self.workload.describe(),
+            "processes": {
+                n: {"starts": s, "exits": dict(e)} for n, (s, e) in self.processes.items()
+            },
+            "zombie_exits": dict(self.zombie_exits),
+            "duration_s": round(self.duration_s, 1),
+        }
+
+    def lines(self) -> list[str]:
+        by_kind = ", ".join(f"{k} {v}" for k, v in sorted(self.injected.items()))
+        skipped = sum(1 for r in self.faults if not r.injected)
+        out = [
+            f"faults injected: {sum(self.injected.values())} of {self.planned} planned "
+            f"(seed {self.seed}; {skipped} skipped): {by_kind or 'none'}",
+            f"events written (ledger): {self.result.ledger}; workload: {self.workload.describe()}",
+        ]
+        for name, (starts, exits) in sorted(self.processes.items()):
+            shown = ", ".join(f"{k} x{v}" for k, v in sorted(exits.items()))
+            out.append(f"process {name}: {starts} starts; exits: {shown or 'none'}")
+        zombies = ", ".join(f"{k} x{v}" for k, v in sorted(self.zombie_exits.items()))
+        out.append(f"paused relays replaced by a new instance: {zombies or 'none'}")
+        for kind, examples in sorted(self.result.examples.items()):
+            out.extend(f"  {kind}: {example}" for example in examples)
+        out.append(f"duration: {self.duration_s:.0f} s; logs: {self.workdir}")
+        out.append(self.result.summary_line())
+        return out
+
+
+class ChaosRun:
+    def __init__(
+        self,
+        config: ChaosConfig,
+        emit: Callable[[str], None],
+        clock: Clock,
+        now: Callable[[], datetime],
+    ) -> None:
+        self._config = config
+        self._emit = emit
+        self._clock = clock
+        self._now = now
+        self._rng = random.Random(f"chaos/{config.seed}")
+
+    def run(self) -> ChaosReport:
+        config = self._config
+        started = self._clock.monotonic()
+        stamp = self._now().strftime("%Y%m%dT%H%M%S")
+        workdir = config.workdir or PROJECT_ROOT / ".relay-dev" / "chaos" / f"run-{stamp}"
+        workdir = workdir.absolute()
+        (workdir / "logs").mkdir(parents=True, exist_ok=True)
+        self._emit(f"chaos: seed {config.seed}, {config.faults} faults, workdir {workdir}")
+        servers = start_servers(workdir)
+        ok = False
+        try:
+            self._emit(
+                f"chaos: own servers up: PostgreSQL 127.0.0.1:{servers.ports.postgres}, "
+                f"Kafka {servers.bootstrap_servers}"
+            )
+            report = self._run_with(servers, workdir, started)
+            ok = report.ok
+            return report
+        finally:
+            stop_servers(workdir)
+            if ok and not config.keep_workdir:
+                # keep faults.jsonl; the servers' data and the process logs go
+                remove_workdir(workdir / "pg")
+                for name in ("kafka", "kafka-libs", "logs", "traps"):
+                    shutil.rmtree(workdir / name, ignore_errors=True)
+
+    def _run_with(self, servers: ChaosServers, workdir: Path, started: float) -> ChaosReport:
+        config = self._config
+        env = setup.Environment.create(servers, workdir, config, self._rng)
+        engine = create_engine(
+            servers.database_url,
+            pool_size=config.workload.writers + 2,
+            pool_pre_ping=True,
+            connect_args={"connect_timeout": 5},
+        )
+        try:
+            setup.prepare(env, engine, config)
+            mirror = setup.mirror_available()
+            supervisor = Supervisor(workdir / "logs", self._clock)
+            setup.add_slots(supervisor, env, config, self._rng, mirror)
+            plan = plan_faults(config.faults, self._kinds(mirror), self._rng)
+            log_file = FaultLog(workdir / "faults.jsonl", self._emit, self._now)
+            workload = Workload(engine, env.topic, config.workload, config.seed, self._clock)
+            try:
+                supervisor.start()
+                workload.start()
+                self._emit(f"chaos: workload and processes started (mirror: {mirror})")
+                self._clock.wait(config.warmup_s)
+                self._inject(plan, supervisor, workdir, log_file, mirror)
+            finally:
+                workload.stop()
+                supervisor.shutdown()
+                log_file.close()
+            self._emit("chaos: writers stopped; draining with relay run --once")
+            setup.drain(env, engine, config, mirror=mirror, clock=self._clock, emit=self._emit)
+            self._emit("chaos: checking")
+            result = run_check(
+                engine,
+                KafkaAccess(servers.bootstrap_servers, {}),
+                env.topic,
+                MIRROR if mirror else None,
+            )
+        finally:
+            engine.dispose()
+        return ChaosReport(
+            seed=config.seed,
+            planned=config.faults,
+            faults=log_file.records,
+            result=result,
+            workload=workload.stats,
+            processes={n: (s.starts, s.exits) for n, s in supervisor.slots.items()},
+            zombie_exits=supervisor.zombie_exits,
+            duration_s=self._clock.monotonic() - started,
+            workdir=workdir,
+        )
+
+    def _kinds(self, mirror: bool) -> list[FaultKind]:
+        mirror_kinds = {FaultKind.KILL9_MIRROR, FaultKind.PAUSE_MIRROR}
+        return [k for k in self._config.kinds if mirror or k not in mirror_kinds]
+
+    def _inject(
+        self,
+        plan: list[FaultKind],
+        supervisor: Supervisor,
+        workdir: Path,
+        log_file: FaultLog,
+        mirror: bool,
+    ) -> None:
+        config = self._config
+        ctx = FaultContext(
+            supervisor=supervisor,
+            clock=self._clock,
+            rng=self._rng,
+            relay_partitions=config.relay_partitions,
+            mirror_slots=("mirror-1", "mirror-2") if mirror else (),
+            restart_broker=lambda: _quiet_restart(devenv.restart_kafka, workdir, True),
+            restart_database=lambda: _quiet_restart(devenv.restart_postgres, workdir, "immediate"),
+            mirror_pause_s=config.mirror_pause_s,
+        )
+        deadline = self._clock.monotonic() + config.duration_limit_s
+        stop = threading.Event()
+        FaultInjector(plan, ctx, log_file, gap_s=config.gap_s, deadline=deadline, stop=stop).run()
+
+
+def _quiet_restart(restart: Callable[..., str], workdir: Path, how: object) -> None:
+    restart(workdir, how, timeout=120.0)

@@ -1,0 +1,287 @@
+"""Processes under test (relays, mirrors, Spark jobs) and the supervisor that restarts them.
+
+Every process runs in a session of its own, so a kill reaches its whole tree (a Spark
+job's JVM and Python workers too) and nothing else. Each incarnation writes its output to
+a log file of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from relay.timing import Clock
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    cwd: Path
+    trap: Path | None = None  # see ManagedProcess.arm_trap
+
+
+class ManagedProcess:
+    """One incarnation of a process under test."""
+
+    def __init__(
+        self, name: str, command: Command, log_path: Path, trap: Path | None = None
+    ) -> None:
+        self.name = name
+        self.log_path = log_path
+        self.trap = trap
+        with log_path.open("ab") as out:
+            self._popen = subprocess.Popen(
+                list(command.argv),
+                env=dict(command.env),
+                cwd=command.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.pid = self._popen.pid
+
+    def arm_trap(self) -> bool:
+        """Let the process stop itself at its failpoint (``RELAY_FAILPOINTS`` names
+        ``once=<trap>``, a file that exists, so the point does not fire until deleted)."""
+        if self.trap is None:
+            return False
+        self.trap.unlink(missing_ok=True)
+        return True
+
+    def disarm_trap(self) -> bool:
+        """True when disarmed before the process reached the point (it then never will)."""
+        if self.trap is None:
+            return True
+        try:
+            os.close(os.open(self.trap, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return False
+        return True
+
+    def poll(self) -> int | None:
+        return self._popen.poll()
+
+    @property
+    def alive(self) -> bool:
+        return self._popen.poll() is None
+
+    def signal_group(self, sig: signal.Signals) -> bool:
+        """Send ``sig`` to the whole process group; False when it is gone."""
+        try:
+            os.killpg(self.pid, sig)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def kill_tree(self) -> None:
+        """SIGKILL the process, its group and every descendant (PySpark's daemon moves
+        itself and its workers into a process group of their own)."""
+        family = [self.pid, *descendants(self.pid)]
+        self.signal_group(signal.SIGKILL)
+        for pid in family:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    def wait(self, timeout: float) -> int | None:
+        try:
+            return self._popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self, timeout: float) -> int:
+        """SIGTERM (and SIGCONT, in case it is paused); SIGKILL after ``timeout``."""
+        family = descendants(self.pid)
+        self.signal_group(signal.SIGTERM)
+        self.signal_group(signal.SIGCONT)
+        code = self.wait(timeout)
+        self.kill_tree()  # whatever is left, e.g. a Spark JVM or Python workers
+        for pid in family:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return code if code is not None else self._popen.wait()
+
+    def output(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+
+@dataclass
+class Slot:
+    """A role (``relay``, ``mirror-1``, ``spark``) that the supervisor keeps filled."""
+
+    name: str
+    command: Callable[[int], Command]  # incarnation number -> command
+    restart_delay: Callable[[], float]
+    current: ManagedProcess | None = None
+    starts: int = 0
+    exits: Counter[str] = field(default_factory=Counter)
+    next_start: float = 0.0
+    enabled: bool = True
+
+
+class Supervisor:
+    """Restarts the process of every enabled slot when it exits, after its delay.
+
+    Processes that a fault replaced while they were paused (zombies) are watched too,
+    and their exit codes recorded separately.
+    """
+
+    def __init__(self, log_dir: Path, clock: Clock, interval: float = 0.2) -> None:
+        self._log_dir = log_dir
+        self.clock = clock
+        self._interval = interval
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.slots: dict[str, Slot] = {}
+        self.zombies: list[ManagedProcess] = []
+        self.zombie_exits: Counter[str] = Counter()
+
+    def add(self, slot: Slot) -> None:
+        with self._lock:
+            self.slots[slot.name] = slot
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="chaos-supervisor", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self.clock.wait(self._interval, self._stop):
+            self.tick()
+
+    def tick(self) -> None:
+        with self._lock:
+            now = self.clock.monotonic()
+            for slot in self.slots.values():
+                self._tend(slot, now)
+            for zombie in list(self.zombies):
+                code = zombie.poll()
+                if code is not None:
+                    self.zombies.remove(zombie)
+                    self.zombie_exits[_exit_name(code)] += 1
+                    log.info("zombie %s (pid %d) exited: %s", zombie.name, zombie.pid, code)
+
+    def _tend(self, slot: Slot, now: float) -> None:
+        if slot.current is not None:
+            code = slot.current.poll()
+            if code is None:
+                return
+            slot.exits[_exit_name(code)] += 1
+            log.debug("%s (pid %d) exited: %s", slot.name, slot.current.pid, code)
+            slot.current = None
+            slot.next_start = now + slot.restart_delay()
+        if slot.enabled and now >= slot.next_start:
+            self.launch(slot)
+
+    def launch(self, slot: Slot) -> ManagedProcess:
+        with self._lock:
+            slot.starts += 1
+            path = self._log_dir / f"{slot.name}.{slot.starts:04d}.log"
+            command = slot.command(slot.starts)
+            slot.current = ManagedProcess(slot.name, command, path, command.trap)
+            return slot.current
+
+    def running(self, name: str) -> ManagedProcess | None:
+        with self._lock:
+            current = self.slots[name].current
+            return current if current is not None and current.alive else None
+
+    def start_now(self, name: str) -> None:
+        with self._lock:
+            self.slots[name].next_start = 0.0
+
+    def replace(self, name: str) -> tuple[ManagedProcess, ManagedProcess] | None:
+        """Start a new instance in slot ``name`` while keeping the old one as a zombie."""
+        with self._lock:
+            slot = self.slots[name]
+            old = slot.current
+            if old is None or not old.alive:
+                return None
+            self.zombies.append(old)
+            return old, self.launch(slot)
+
+    def shutdown(self, timeout: float = 20.0) -> None:
+        """Stop restarting, then stop every process (zombies too)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        with self._lock:
+            for slot in self.slots.values():
+                slot.enabled = False
+                if slot.current is not None:
+                    code = slot.current.stop(timeout)
+                    slot.exits[_exit_name(code)] += 1
+                    slot.current = None
+            for zombie in self.zombies:
+                finished = zombie.poll()
+                if finished is None:
+                    zombie.stop(timeout)
+                    self.zombie_exits["still running at the end"] += 1
+                else:
+                    self.zombie_exits[_exit_name(finished)] += 1
+            self.zombies.clear()
+
+
+def _parents() -> dict[int, int]:
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 1:
+            parents[int(entry.name)] = int(fields[1])
+    return parents
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (from /proc), parents before children."""
+    children: dict[int, list[int]] = {}
+    for child, parent in _parents().items():
+        children.setdefault(parent, []).append(child)
+    found: list[int] = []
+    queue = list(children.get(pid, ()))
+    while queue:
+        current = queue.pop(0)
+        found.append(current)
+        queue.extend(children.get(current, ()))
+    return found
+
+
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def is_stopped(pid: int) -> bool:
+    """True when ``pid`` is stopped by a signal (state T in /proc)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] in ("T", "t")
+
+
+def _exit_name(code: int) -> str:
+    if code < 0:
+        return signal.Signals(-code).name
+    return f"exit {code}"

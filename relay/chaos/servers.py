@@ -1,0 +1,100 @@
+"""The chaos run's own PostgreSQL server and Kafka broker.
+
+The harness kills and restarts them, so they are never the shared development servers:
+they live in a working directory of their own, on free loopback ports, and are stopped
+at the end of the run. The broker jars are hard-linked from an existing development
+working directory when one has them (Maven resolves them otherwise).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from relay import devenv
+from relay.devenv.common import LOOPBACK, Ports
+from relay.devenv.kafka_setup import libs_dir
+from relay.devenv.postgres import database_url
+from relay.postgres.migrations import PROJECT_ROOT
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ChaosServers:
+    workdir: Path
+    ports: Ports
+    database_url: str
+    bootstrap_servers: str
+
+
+def free_ports(count: int) -> list[int]:
+    """Distinct loopback ports nobody listens on right now."""
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind((LOOPBACK, 0))
+            sockets.append(sock)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _share_kafka_libs(workdir: Path) -> None:
+    target = libs_dir(workdir)
+    if (target / ".resolved").is_file():
+        return
+    candidates = [PROJECT_ROOT / ".relay-dev"]
+    if os.environ.get("RELAY_DEV_DIR"):
+        candidates.insert(0, Path(os.environ["RELAY_DEV_DIR"]))
+    for candidate in candidates:
+        source = libs_dir(candidate)
+        if (source / ".resolved").is_file():
+            staging = workdir / "kafka-libs.link"
+            shutil.rmtree(staging, ignore_errors=True)
+            try:
+                shutil.copytree(source, staging, copy_function=os.link)
+            except OSError:
+                shutil.rmtree(staging, ignore_errors=True)
+                shutil.copytree(source, staging)
+            staging.rename(target)
+            return
+
+
+def start_servers(workdir: Path, timeout: float = 120.0) -> ChaosServers:
+    """Start PostgreSQL and Kafka in ``workdir`` on free ports; returns how to reach them."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    _share_kafka_libs(workdir)
+    names = [f.name for f in fields(Ports)]  # every listener gets a free port of its own
+    ports = Ports(**dict(zip(names, free_ports(len(names)), strict=True)))
+    url = devenv.start_postgres(workdir, port=ports.postgres, timeout=timeout)
+    bootstrap = devenv.start_kafka(workdir, ports=ports, timeout=timeout)
+    return ChaosServers(workdir, ports, url, bootstrap)
+
+
+def admin_url(servers: ChaosServers) -> str:
+    return database_url(servers.ports.postgres, "postgres")
+
+
+def stop_servers(workdir: Path) -> None:
+    """Stop both servers; never raises (the run's verdict is already known)."""
+    for stop in (devenv.stop_kafka, devenv.stop_postgres):
+        try:
+            stop(workdir, True)
+        except devenv.DevEnvError as exc:
+            log.warning("stopping a chaos server failed: %s", exc)
+
+
+def remove_workdir(path: Path) -> None:
+    """Delete ``path`` (e.g. ``<workdir>/pg``), and the directory it may link to."""
+    if path.is_symlink():
+        shutil.rmtree(path.resolve(), ignore_errors=True)
+        path.unlink()
+    else:
+        shutil.rmtree(path, ignore_errors=True)

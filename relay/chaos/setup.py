@@ -1,0 +1,249 @@
+"""Setting up a chaos run (database, topic, processes under test) and the final drain."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import random
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+from sqlalchemy import Engine, text
+
+from relay.chaos.processes import Command, Slot, Supervisor
+from relay.chaos.servers import ChaosServers
+from relay.chaos.workload import MIRROR, TOPIC, create_schema
+from relay.errors import RelayError
+from relay.postgres import migrations
+from relay.postgres.migrations import PROJECT_ROOT
+from relay.secrets import Secret
+from relay.timing import Clock
+
+if TYPE_CHECKING:
+    from relay.chaos.harness import ChaosConfig
+
+SPARK_JOB = PROJECT_ROOT / "jobs" / "outbox_relay.py"
+MIRROR_GROUP = "chaos-mirror"
+# The group notices a paused (SIGSTOP) mirror consumer after 6 s, the broker's minimum.
+MIRROR_KAFKA_PROPERTIES = "session.timeout.ms=6000;heartbeat.interval.ms=1000"
+# Relay settings of the processes under test: small batches (many transactions, many
+# crash points) and a short transaction timeout, so that the open transaction of a
+# killed relay does not hold read_committed consumers for long.
+RELAY_SETTINGS = {
+    "RELAY_BATCH_SIZE": "100",
+    "RELAY_POLL_INTERVAL_S": "0.1",
+    "RELAY_TRANSACTION_TIMEOUT_MS": "10000",
+    "RELAY_KAFKA_TIMEOUT_S": "5",
+}
+
+
+class DrainError(RelayError):
+    """The final drain did not finish in time."""
+
+
+@dataclass(frozen=True, slots=True)
+class Environment:
+    servers: ChaosServers
+    workdir: Path
+    topic: str
+    prefix: str
+
+    @classmethod
+    def create(
+        cls, servers: ChaosServers, workdir: Path, config: ChaosConfig, rng: random.Random
+    ) -> Environment:
+        (workdir / "traps").mkdir(exist_ok=True)
+        return cls(servers, workdir, TOPIC, f"chaos-{config.seed}-{rng.randrange(16**6):06x}")
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
+        env.update(
+            RELAY_DATABASE_URL=self.servers.database_url,
+            RELAY_KAFKA_BOOTSTRAP_SERVERS=self.servers.bootstrap_servers,
+            RELAY_TRANSACTIONAL_ID_PREFIX=self.prefix,
+            RELAY_POSITIONS_TOPIC=f"{self.prefix}-positions",
+            RELAY_POSITIONS_GROUP=f"{self.prefix}-positions",
+            **RELAY_SETTINGS,
+        )
+        if mirror_available():
+            env.update(RELAY_MIRROR_CONFIG=str(self.mapping), RELAY_MIRROR_GROUP=MIRROR_GROUP)
+        env.update(extra)
+        return env
+
+    @property
+    def mapping(self) -> Path:
+        return self.workdir / "mirror.toml"
+
+    def trap(self, name: str, incarnation: int) -> Path:
+        path = self.workdir / "traps" / f"{name}.{incarnation:04d}"
+        path.touch()  # exists: the failpoint does not fire until the file is deleted
+        return path
+
+
+def relay_cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "relay.cli", *args]
+
+
+@functools.cache
+def mirror_available() -> bool:
+    """Whether this installation has the reverse relay (a ``relay mirror`` command)."""
+    from relay.cli import build_parser
+
+    for action in build_parser()._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return "mirror" in action.choices
+    return False
+
+
+def write_mapping(path: Path, topic: str) -> None:
+    path.write_text(
+        "# Written by relay chaos: the workload's events mirrored into the mirror table.\n"
+        "[[tables]]\n"
+        f'table = "{MIRROR}"\n'
+        f'topics = ["{topic}"]\n'
+        'key = { column = "key" }\n'
+        'version = { column = "version", source = "field:version" }\n'
+        "[tables.columns]\n"
+        'balance = "balance"\n',
+        encoding="utf-8",
+    )
+
+
+def prepare(env: Environment, engine: Engine, config: ChaosConfig) -> None:
+    """Migrate, create the workload's tables, the topic and the mirror mapping."""
+    with engine.begin() as conn:
+        # The development servers acknowledge commits before the WAL is flushed; this
+        # database does not (what production runs), so a crash loses no commit.
+        conn.execute(text("ALTER DATABASE relay SET synchronous_commit = on"))
+    migrations.upgrade(Secret(env.servers.database_url))
+    with engine.begin() as conn:
+        conn.execute(
+            text("UPDATE outbox_settings SET partitions = :n"), {"n": config.relay_partitions}
+        )
+    create_schema(engine, config.workload.keys)
+    admin = AdminClient({"bootstrap.servers": env.servers.bootstrap_servers})
+    futures = admin.create_topics(
+        [NewTopic(env.topic, config.topic_partitions, 1)], operation_timeout=30
+    )
+    try:
+        futures[env.topic].result(timeout=60)
+    except KafkaException as exc:
+        raise RelayError(f"cannot create topic {env.topic}: {exc}") from None
+    write_mapping(env.mapping, env.topic)
+
+
+def add_slots(
+    supervisor: Supervisor,
+    env: Environment,
+    config: ChaosConfig,
+    rng: random.Random,
+    mirror: bool,
+) -> None:
+    def relay(incarnation: int) -> Command:
+        trap = env.trap("relay", incarnation)
+        failpoint = f"before_commit=stop,once={trap}"
+        return Command(relay_cli("run"), env.env(RELAY_FAILPOINTS=failpoint), PROJECT_ROOT, trap)
+
+    def spark(_incarnation: int) -> Command:
+        argv = [sys.executable, str(SPARK_JOB), "--master", "local[2,3]"]
+        return Command(argv, env.env(), PROJECT_ROOT)
+
+    supervisor.add(Slot("relay", relay, lambda: 0.5))
+    spark_slot = Slot("spark", spark, lambda: rng.uniform(*config.spark_every_s))
+    spark_slot.next_start = supervisor.clock.monotonic() + rng.uniform(*config.spark_every_s)
+    supervisor.add(spark_slot)
+    if not mirror:
+        return
+    for name in ("mirror-1", "mirror-2"):
+        supervisor.add(Slot(name, _mirror_command(env, name), lambda: 0.5))
+
+
+def _mirror_command(env: Environment, name: str) -> Callable[[int], Command]:
+    def command(incarnation: int) -> Command:
+        trap = env.trap(name, incarnation)
+        failpoint = f"mirror_after_apply=stop,once={trap}"
+        return Command(relay_cli("mirror"), env.env(RELAY_FAILPOINTS=failpoint), PROJECT_ROOT, trap)
+
+    return command
+
+
+def _run_until(
+    argv: Sequence[str],
+    *,
+    env: Environment,
+    done: Callable[[int], bool],
+    deadline: float,
+    clock: Clock,
+    log_path: Path,
+) -> int:
+    attempts = 0
+    while True:
+        attempts += 1
+        remaining = deadline - clock.monotonic()
+        if remaining <= 0:
+            raise DrainError(f"{' '.join(argv[2:])} did not drain in time; see {log_path}")
+        with log_path.open("ab") as out:
+            try:
+                code = subprocess.run(
+                    list(argv),
+                    env=env.env(),
+                    cwd=PROJECT_ROOT,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    timeout=remaining,
+                    check=False,
+                ).returncode
+            except subprocess.TimeoutExpired:
+                code = -1
+        if done(code):
+            return attempts
+        clock.wait(1.0)
+
+
+def drain(
+    env: Environment,
+    engine: Engine,
+    config: ChaosConfig,
+    *,
+    mirror: bool,
+    clock: Clock,
+    emit: Callable[[str], None],
+) -> None:
+    """Publish and mirror everything that was committed (every process is stopped)."""
+    deadline = clock.monotonic() + config.drain_timeout_s
+    logs = env.workdir / "logs"
+
+    def outbox_empty(code: int) -> bool:
+        if code != 0:
+            return False
+        with engine.connect() as conn:
+            return int(conn.execute(text("SELECT count(*) FROM outbox")).scalar_one()) == 0
+
+    runs = _run_until(
+        relay_cli("run", "--once"),
+        env=env,
+        done=outbox_empty,
+        deadline=deadline,
+        clock=clock,
+        log_path=logs / "drain-relay.log",
+    )
+    emit(f"chaos: outbox drained ({runs} relay run --once)")
+    if mirror:
+        runs = _run_until(
+            relay_cli("mirror", "--once"),
+            env=env,
+            done=lambda c: c == 0,
+            deadline=deadline,
+            clock=clock,
+            log_path=logs / "drain-mirror.log",
+        )
+        emit(f"chaos: mirror drained ({runs} relay mirror --once)")
