@@ -1,5 +1,6 @@
 """End-to-end demo: a service writes orders with their events, the relay publishes them,
-and a read_committed consumer shows what arrived in Kafka.
+a read_committed consumer shows what arrived in Kafka, and the mirror applies them to
+the table orders_mirror, shown next to the source table orders.
 
     python examples/orders_demo.py         (RELAY_DATABASE_URL / RELAY_KAFKA_BOOTSTRAP_SERVERS)
 
@@ -12,6 +13,7 @@ import os
 import random
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -92,8 +94,17 @@ def service_writes_orders(engine: sa.Engine, rng: random.Random) -> None:
     with Session(engine) as session, session.begin():
         order = session.get_one(Order, 3)
         order.status = "shipped"
-        relay.publish(
-            session, TOPIC, "order-3", {"id": 3, "status": "shipped"}, event_type="OrderShipped"
+        relay.publish(  # the full row: the mirror upserts whole rows
+            session,
+            TOPIC,
+            "order-3",
+            {
+                "id": 3,
+                "customer": order.customer,
+                "total_cents": order.total_cents,
+                "status": "shipped",
+            },
+            event_type="OrderShipped",
         )
 
 
@@ -134,6 +145,66 @@ def read_events(bootstrap: str) -> list[tuple[int, int, str, str, str]]:
     return events
 
 
+def create_mirrored_table(database_url: str) -> None:
+    """Run the example Alembic revision (examples/orders_mirror_migration.py)."""
+    import importlib.util
+
+    from alembic.migration import MigrationContext
+    from alembic.operations import Operations
+
+    spec = importlib.util.spec_from_file_location(
+        "orders_mirror_migration", ROOT / "examples" / "orders_mirror_migration.py"
+    )
+    if spec is None or spec.loader is None:
+        raise RuntimeError("examples/orders_mirror_migration.py not found")
+    migration = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(migration)
+    engine = sa.create_engine(database_url)
+    with engine.begin() as conn, Operations.context(MigrationContext.configure(conn)):
+        migration.upgrade()
+    engine.dispose()
+
+
+def write_mirror_mapping(directory: Path) -> Path:
+    """examples/mirror.toml, for this run's topic."""
+    text = (ROOT / "examples" / "mirror.toml").read_text()
+    path = directory / "mirror.toml"
+    path.write_text(text.replace('"demo.orders"', f'"{TOPIC}"'))
+    return path
+
+
+def show_side_by_side(engine: sa.Engine) -> bool:
+    with engine.connect() as conn:
+        source = conn.execute(
+            sa.text("SELECT id, customer, total_cents, status FROM orders ORDER BY id")
+        ).all()
+        mirrored = conn.execute(
+            sa.text(
+                "SELECT id, customer, total_cents, status, source_seq "
+                "FROM orders_mirror ORDER BY id"
+            )
+        ).all()
+    by_id = {row.id: row for row in mirrored}
+    print(f"   {'orders (source)':<33} | orders_mirror")
+    print(
+        f"   {'id':>3} {'customer':<9} {'total':>9} {'status':<9} | "
+        f"{'id':>3} {'customer':<9} {'total':>9} {'status':<9} {'seq':>4}"
+    )
+    for row in source:
+        copy = by_id.get(row.id)
+        right = (
+            f"{copy.id:>3} {copy.customer:<9} {copy.total_cents / 100:>9.2f} {copy.status:<9} "
+            f"{copy.source_seq:>4}"
+            if copy is not None
+            else "(missing)"
+        )
+        print(
+            f"   {row.id:>3} {row.customer:<9} {row.total_cents / 100:>9.2f} {row.status:<9} | "
+            + right
+        )
+    return [tuple(r) for r in source] == [tuple(r)[:4] for r in mirrored]
+
+
 def main() -> int:
     admin_url = os.environ["RELAY_DATABASE_URL"]
     bootstrap = os.environ["RELAY_KAFKA_BOOTSTRAP_SERVERS"]
@@ -167,12 +238,32 @@ def main() -> int:
     events = read_events(bootstrap)
     for partition, offset, key, event_type, value in events:
         print(f"   {partition:>9} {offset:>6}  {key:<9} {event_type:<13} {value}")
-    engine.dispose()
     print(
         f"{len(events)} events in Kafka, {pending} committed: "
         + ("exactly once" if len(events) == pending else "MISMATCH")
     )
-    return 0 if len(events) == pending else 1
+
+    print("5. the mirrored table comes from an Alembic migration (orders_mirror_migration.py)")
+    create_mirrored_table(database_url)
+    with tempfile.TemporaryDirectory() as scratch:
+        mapping = write_mirror_mapping(Path(scratch))
+        print("6. the mirror applies the events to it:  relay mirror --once")
+        mirror_env = {
+            **env,
+            "RELAY_MIRROR_CONFIG": str(mapping),
+            "RELAY_MIRROR_GROUP": f"demo-{RUN_ID}-mirror",
+        }
+        subprocess.run(
+            [*relay_cli, "--log-level", "WARNING", "mirror", "--once"],
+            env=mirror_env,
+            check=True,
+            cwd=ROOT,
+        )
+    print("7. the source table next to the mirrored table:")
+    same = show_side_by_side(engine)
+    engine.dispose()
+    print("orders_mirror " + ("equals orders" if same else "DIFFERS from orders"))
+    return 0 if len(events) == pending and same else 1
 
 
 if __name__ == "__main__":
