@@ -73,10 +73,10 @@ class MirrorEnv:
         return env
 
     def run(
-        self, *args: str, timeout: float = 120, **extra: str
+        self, *args: str, timeout: float = 120, log_level: str = "INFO", **extra: str
     ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            relay_command("mirror", *args),
+            relay_command("--log-level", log_level, "mirror", *args),
             env=self.env(**extra),
             cwd=PROJECT_ROOT,
             capture_output=True,

@@ -1,0 +1,164 @@
+"""In-memory stand-ins for the mirror's ports: pure-logic unit tests only."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from relay.errors import MirrorOffsetConflict, RetriableError
+from relay.mirror.mapping import parse_mapping
+from relay.mirror.ports import AssignmentListener
+from relay.mirror.types import (
+    ApplyResult,
+    Batch,
+    ColumnKind,
+    DeadLetter,
+    Delete,
+    KafkaRecord,
+    PartitionEnd,
+    ResolvedTable,
+    TopicPartitionKey,
+    Upsert,
+)
+
+ITEMS_MAPPING = {
+    "tables": [
+        {
+            "table": "items",
+            "topics": ["t"],
+            "key": {"column": "id"},
+            "version": {"column": "version", "source": "offset"},
+            "columns": {"name": "name"},
+        }
+    ]
+}
+ITEMS_KINDS = {"id": ColumnKind.INTEGER, "name": ColumnKind.TEXT, "version": ColumnKind.INTEGER}
+
+
+def items_table() -> ResolvedTable:
+    return ResolvedTable(parse_mapping(ITEMS_MAPPING).tables[0], ITEMS_KINDS)
+
+
+def record(offset: int, item_id: int | None, name: str | None, partition: int = 0) -> KafkaRecord:
+    value = None if name is None else json.dumps({"name": name}).encode()
+    key = None if item_id is None else str(item_id).encode()
+    return KafkaRecord("t", partition, offset, key, value)
+
+
+@dataclass
+class MemoryStore:
+    """Offsets with compare-and-set, version-guarded rows, dead letters, applied log."""
+
+    offsets: dict[TopicPartitionKey, int] = field(default_factory=dict)
+    rows: dict[tuple[str, tuple[object, ...]], dict[str, object]] = field(default_factory=dict)
+    dead: list[DeadLetter] = field(default_factory=list)
+    applied: list[tuple[str, int, int]] = field(default_factory=list)  # topic, partition, offset
+    fail_next: int = 0
+    before_apply: Callable[[Batch], None] | None = None
+
+    def stored_offsets(
+        self, partitions: Sequence[TopicPartitionKey]
+    ) -> dict[TopicPartitionKey, int]:
+        return {tp: self.offsets[tp] for tp in partitions if tp in self.offsets}
+
+    def apply(self, batch: Batch, before_commit: Callable[[], None]) -> ApplyResult:
+        if self.before_apply is not None:
+            self.before_apply(batch)
+        if self.fail_next:
+            self.fail_next -= 1
+            raise RetriableError("connection lost")
+        tp = (batch.topic, batch.partition)
+        if self.offsets.get(tp) != batch.expected:
+            raise MirrorOffsetConflict("moved", batch.topic, batch.partition, batch.expected)
+        before_commit()
+        self.offsets[tp] = batch.next_offset
+        applied = 0
+        for item in batch.items:
+            if item.error is not None:
+                self.dead.append(DeadLetter(item.record, item.error))
+            elif item.ops:
+                applied += 1
+                self.applied.append((item.record.topic, item.record.partition, item.record.offset))
+                for op in item.ops:
+                    self._run(op)
+        dead = tuple(DeadLetter(i.record, i.error) for i in batch.items if i.error is not None)
+        return ApplyResult(applied, sum(1 for i in batch.items if i.skipped), dead)
+
+    def _run(self, op: Upsert | Delete) -> None:
+        if isinstance(op, Upsert):
+            key = (op.table, (op.row["id"],))
+            current = self.rows.get(key)
+            if current is None or int(str(current["version"])) < int(str(op.row["version"])):
+                self.rows[key] = dict(op.row)
+        else:
+            key = (op.table, (op.key["id"],))
+            current = self.rows.get(key)
+            if current is not None and (
+                op.version is None or int(str(current["version"])) <= op.version
+            ):
+                del self.rows[key]
+
+
+@dataclass
+class FakeStream:
+    """Partition logs with a last stable offset each; delivers records in offset order,
+    then a PartitionEnd at the last stable offset, like a read_committed consumer.
+    Offsets missing from a log stand for transaction markers or aborted records."""
+
+    logs: dict[TopicPartitionKey, list[KafkaRecord]] = field(default_factory=dict)
+    stable: dict[TopicPartitionKey, int] = field(default_factory=dict)
+    positions: dict[TopicPartitionKey, int] = field(default_factory=dict)
+    ended: set[TopicPartitionKey] = field(default_factory=set)
+    seeks: list[tuple[TopicPartitionKey, int | None]] = field(default_factory=list)
+    listener: AssignmentListener | None = None
+    on_poll: Callable[[FakeStream], None] | None = None
+
+    def assign(self, partitions: Sequence[TopicPartitionKey], listener: AssignmentListener) -> None:
+        self.listener = listener
+        starts = listener.assigned(list(partitions))
+        for tp in partitions:
+            self.positions[tp] = starts[tp] or 0
+            self.ended.discard(tp)
+
+    def revoke(self, partitions: Sequence[TopicPartitionKey]) -> None:
+        if self.listener is not None:
+            self.listener.revoked(list(partitions))
+        for tp in partitions:
+            self.positions.pop(tp, None)
+
+    def poll(self, timeout: float) -> KafkaRecord | PartitionEnd | None:
+        if self.on_poll is not None:
+            self.on_poll(self)
+        for tp, position in sorted(self.positions.items()):
+            upcoming = [r for r in self.logs.get(tp, []) if position <= r.offset < self.stable[tp]]
+            if upcoming:
+                self.positions[tp] = upcoming[0].offset + 1
+                self.ended.discard(tp)
+                return upcoming[0]
+            if tp not in self.ended:
+                self.ended.add(tp)
+                self.positions[tp] = max(position, self.stable[tp])
+                return PartitionEnd(tp[0], tp[1], self.positions[tp])
+        return None
+
+    def seek(self, topic: str, partition: int, offset: int | None) -> None:
+        self.seeks.append(((topic, partition), offset))
+        self.positions[(topic, partition)] = offset or 0
+        self.ended.discard((topic, partition))
+
+    def last_stable_offsets(
+        self, partitions: Sequence[TopicPartitionKey]
+    ) -> dict[TopicPartitionKey, int]:
+        return {tp: self.stable[tp] for tp in partitions}
+
+
+def logs_of(records: Sequence[KafkaRecord]) -> dict[TopicPartitionKey, list[KafkaRecord]]:
+    result: dict[TopicPartitionKey, list[KafkaRecord]] = {}
+    for r in records:
+        result.setdefault((r.topic, r.partition), []).append(r)
+    return result
+
+
+def names(store: MemoryStore) -> Mapping[object, object]:
+    return {key[1][0]: row["name"] for key, row in store.rows.items()}
