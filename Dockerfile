@@ -8,6 +8,7 @@ COPY pyproject.toml README.md alembic.ini ./
 COPY relay ./relay
 COPY migrations ./migrations
 COPY jobs ./jobs
+COPY examples ./examples
 RUN pip install --no-cache-dir -e '.[spark]'
 RUN useradd --system --uid 10001 relay
 USER relay
