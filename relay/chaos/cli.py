@@ -63,6 +63,13 @@ def add_chaos_command(subparsers: Any) -> None:  # argparse's _SubParsersAction
         action="store_true",
         help="keep server data and process logs after a passing run",
     )
+    chaos.add_argument(
+        "--synchronous-commit",
+        choices=["on", "off"],
+        default="on",
+        help="synchronous_commit of the outbox database [on]; with off, a PostgreSQL crash "
+        "loses commits the relay may already have published (see docs/chaos.md)",
+    )
     chaos.add_argument("--report", type=Path, metavar="FILE", help="write a JSON report")
     chaos.set_defaults(handler=_cmd_chaos)
 
@@ -102,6 +109,7 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
         workdir=args.workdir,
         keep_workdir=args.keep_workdir,
         workload=WorkloadConfig(writers=args.writers),
+        synchronous_commit=args.synchronous_commit == "on",
     )
     run = ChaosRun(config, _print, SystemClock(), lambda: datetime.now(UTC))
     try:

@@ -12,7 +12,7 @@ import os
 import random
 import signal
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -120,6 +120,7 @@ class FaultContext:
     rng: random.Random
     relay_partitions: int
     mirror_slots: Sequence[str]
+    spark_jobs: Mapping[str, str]  # slot -> what its log shows once tasks run
     restart_broker: Callable[[], None]
     restart_database: Callable[[], None]
     mirror_pause_s: float = 15.0
@@ -160,14 +161,16 @@ def kill9_mirror(ctx: FaultContext) -> Outcome:
 
 
 def kill9_spark(ctx: FaultContext) -> Outcome:
-    """Kill a Spark job while its tasks publish: the whole job (driver, JVM, Python
-    workers) or one Python worker (Spark re-runs the task)."""
-    ctx.supervisor.start_now("spark")
-    job = ctx.running("spark", timeout=60.0)
-    if not ctx.wait(lambda: not job.alive or "fenced, position" in job.output(), 90.0):
-        raise FaultSkipped(f"spark job pid {job.pid} never started a task")
+    """Kill a Spark job (the relay's or the mirror's) while its tasks work: the whole
+    job (driver, JVM, Python workers) or one Python worker (Spark re-runs the task)."""
+    slot = ctx.rng.choice(sorted(ctx.spark_jobs))
+    marker = ctx.spark_jobs[slot]
+    ctx.supervisor.start_now(slot)
+    job = ctx.running(slot, timeout=60.0)
+    if not ctx.wait(lambda: not job.alive or marker in job.output(), 90.0):
+        raise FaultSkipped(f"{slot} job pid {job.pid} never started a task")
     if not job.alive:
-        raise FaultSkipped(f"spark job pid {job.pid} finished before the kill")
+        raise FaultSkipped(f"{slot} job pid {job.pid} finished before the kill")
     workers = [
         pid
         for pid in descendants(job.pid)
@@ -176,9 +179,9 @@ def kill9_spark(ctx: FaultContext) -> Outcome:
     if workers and ctx.rng.random() < 0.5:
         worker = ctx.rng.choice(workers)
         _kill(worker)
-        return Outcome(f"spark job pid {job.pid}", f"SIGKILL of Python worker pid {worker}")
+        return Outcome(f"{slot} job pid {job.pid}", f"SIGKILL of Python worker pid {worker}")
     job.kill_tree()
-    return Outcome(f"spark job pid {job.pid}", "SIGKILL of the driver, its JVM and workers")
+    return Outcome(f"{slot} job pid {job.pid}", "SIGKILL of the driver, its JVM and workers")
 
 
 def kill9_broker(ctx: FaultContext) -> Outcome:
@@ -220,9 +223,9 @@ def pause_relay(ctx: FaultContext) -> Outcome:
         lambda: _fenced_partitions(new) >= ctx.relay_partitions or not new.alive, 60.0
     )
     old.signal_group(signal.SIGCONT)
-    state = "fenced by" if took_over and new.alive else "NOT fenced by"
+    state = "took over every partition" if took_over and new.alive else "did NOT take over"
     return Outcome(
-        f"relay pid {old.pid}", f"SIGSTOP {where}, {state} new relay pid {new.pid}, SIGCONT"
+        f"relay pid {old.pid}", f"SIGSTOP {where}; new relay pid {new.pid} {state}; SIGCONT"
     )
 
 

@@ -65,6 +65,7 @@ class ChaosConfig:
     spark_every_s: tuple[float, float] = (10.0, 25.0)
     mirror_pause_s: float = 15.0
     drain_timeout_s: float = 240.0
+    synchronous_commit: bool = True
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
 
 
@@ -235,7 +236,8 @@ class ChaosRun:
             clock=self._clock,
             rng=self._rng,
             relay_partitions=config.relay_partitions,
-            mirror_slots=("mirror-1", "mirror-2") if mirror else (),
+            mirror_slots=setup.MIRROR_SLOTS if mirror else (),
+            spark_jobs={n: m for n, m in setup.TASK_STARTED.items() if n in supervisor.slots},
             restart_broker=lambda: _quiet_restart(devenv.restart_kafka, workdir, True),
             restart_database=lambda: _quiet_restart(devenv.restart_postgres, workdir, "immediate"),
             mirror_pause_s=config.mirror_pause_s,

@@ -31,6 +31,11 @@ if TYPE_CHECKING:
     from relay.chaos.harness import ChaosConfig
 
 SPARK_JOB = PROJECT_ROOT / "jobs" / "outbox_relay.py"
+MIRROR_JOB = PROJECT_ROOT / "jobs" / "mirror.py"
+MIRROR_SLOTS = ("mirror-1", "mirror-2")
+# What a Spark job's log shows once its tasks work: a relay task fenced its partition,
+# a mirror task was assigned its Kafka partition.
+TASK_STARTED = {"spark": "fenced, position", "spark-mirror": "assigned "}
 MIRROR_GROUP = "chaos-mirror"
 # The group notices a paused (SIGSTOP) mirror consumer after 6 s, the broker's minimum.
 MIRROR_KAFKA_PROPERTIES = "session.timeout.ms=6000;heartbeat.interval.ms=1000"
@@ -119,10 +124,12 @@ def write_mapping(path: Path, topic: str) -> None:
 
 def prepare(env: Environment, engine: Engine, config: ChaosConfig) -> None:
     """Migrate, create the workload's tables, the topic and the mirror mapping."""
+    # The development servers acknowledge commits before the WAL is flushed; by default
+    # this database does not (what production runs), so a crash loses no commit that
+    # the relay may already have published.
+    setting = "on" if config.synchronous_commit else "off"
     with engine.begin() as conn:
-        # The development servers acknowledge commits before the WAL is flushed; this
-        # database does not (what production runs), so a crash loses no commit.
-        conn.execute(text("ALTER DATABASE relay SET synchronous_commit = on"))
+        conn.execute(text(f"ALTER DATABASE relay SET synchronous_commit = {setting}"))
     migrations.upgrade(Secret(env.servers.database_url))
     with engine.begin() as conn:
         conn.execute(
@@ -152,25 +159,37 @@ def add_slots(
         failpoint = f"before_commit=stop,once={trap}"
         return Command(relay_cli("run"), env.env(RELAY_FAILPOINTS=failpoint), PROJECT_ROOT, trap)
 
-    def spark(_incarnation: int) -> Command:
-        argv = [sys.executable, str(SPARK_JOB), "--master", "local[2,3]"]
-        return Command(argv, env.env(), PROJECT_ROOT)
-
     supervisor.add(Slot("relay", relay, lambda: 0.5))
-    spark_slot = Slot("spark", spark, lambda: rng.uniform(*config.spark_every_s))
-    spark_slot.next_start = supervisor.clock.monotonic() + rng.uniform(*config.spark_every_s)
-    supervisor.add(spark_slot)
-    if not mirror:
-        return
-    for name in ("mirror-1", "mirror-2"):
-        supervisor.add(Slot(name, _mirror_command(env, name), lambda: 0.5))
+    jobs = {"spark": SPARK_JOB}
+    if mirror:
+        for name in MIRROR_SLOTS:
+            supervisor.add(Slot(name, _mirror_command(env, name), lambda: 0.5))
+        if MIRROR_JOB.is_file():
+            jobs["spark-mirror"] = MIRROR_JOB
+    for name, job in jobs.items():
+        slot = Slot(name, _job_command(env, job), lambda: rng.uniform(*config.spark_every_s))
+        slot.next_start = supervisor.clock.monotonic() + rng.uniform(*config.spark_every_s)
+        supervisor.add(slot)
+
+
+def _job_command(env: Environment, job: Path) -> Callable[[int], Command]:
+    def command(_incarnation: int) -> Command:
+        # local[2,3]: two task slots, a failed task (a killed Python worker) runs again
+        return Command(
+            [sys.executable, str(job), "--master", "local[2,3]"], env.env(), PROJECT_ROOT
+        )
+
+    return command
 
 
 def _mirror_command(env: Environment, name: str) -> Callable[[int], Command]:
     def command(incarnation: int) -> Command:
         trap = env.trap(name, incarnation)
-        failpoint = f"mirror_after_apply=stop,once={trap}"
-        return Command(relay_cli("mirror"), env.env(RELAY_FAILPOINTS=failpoint), PROJECT_ROOT, trap)
+        extra = {
+            "RELAY_FAILPOINTS": f"mirror_after_apply=stop,once={trap}",
+            "RELAY_KAFKA_PROPERTIES": MIRROR_KAFKA_PROPERTIES,
+        }
+        return Command(relay_cli("mirror"), env.env(**extra), PROJECT_ROOT, trap)
 
     return command
 

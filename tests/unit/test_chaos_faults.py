@@ -64,6 +64,7 @@ def _context(clock: FakeClock) -> FaultContext:
         rng=random.Random(1),
         relay_partitions=4,
         mirror_slots=(),
+        spark_jobs={},
         restart_broker=lambda: None,
         restart_database=lambda: None,
     )
