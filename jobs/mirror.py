@@ -29,7 +29,7 @@ from relay.errors import RelayError
 from relay.mirror.cli import add_mirror_flags, mirror_settings_from_args
 from relay.mirror.consumer import KafkaRecordStream
 from relay.mirror.postgres_store import group_offsets
-from relay.mirror.service import make_engine, mirror_partition, prepare
+from relay.mirror.service import make_engine, mirror_partition, prepare, targets_for
 from relay.mirror.settings import MirrorSettings
 from relay.secrets import mask_text
 
@@ -59,8 +59,11 @@ def run_task(settings: MirrorSettings, topic: str, partition: int, target: int) 
 def plan(settings: MirrorSettings) -> list[tuple[str, int, int]]:
     """(topic, partition, last stable offset) of every partition with work to do."""
     engine = make_engine(settings, pooled=False)
+    stream = None
     try:
         partitions = prepare(settings, engine).partitions
+        stream = KafkaRecordStream(settings.relay.kafka, settings.group)
+        stable = targets_for(engine, settings, stream, partitions)
         stored = {
             (t, p): offset
             for t, p, offset, _ in group_offsets(
@@ -68,12 +71,9 @@ def plan(settings: MirrorSettings) -> list[tuple[str, int, int]]:
             )
         }
     finally:
+        if stream is not None:
+            stream.close()
         engine.dispose()
-    stream = KafkaRecordStream(settings.relay.kafka, settings.group)
-    try:
-        stable = stream.last_stable_offsets(partitions)
-    finally:
-        stream.close()
     return [(t, p, stable[(t, p)]) for t, p in partitions if stored.get((t, p), 0) < stable[(t, p)]]
 
 

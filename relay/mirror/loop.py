@@ -230,7 +230,7 @@ class MirrorLoop:
         except MirrorOffsetConflict as exc:
             self._resync(cursor, exc)
             return
-        cursor.expected = cursor.fetched
+        cursor.expected = batch.next_offset
         cursor.buffer = []
         cursor.since = None
         self._record(tp, result, cursor.expected)

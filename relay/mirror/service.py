@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.pool import NullPool, QueuePool
 
-from relay.errors import ConfigurationError
+from relay.errors import ConfigurationError, KafkaError
 from relay.failpoints import Failpoints
 from relay.kafka.admin import admin_client, check_broker, topic_partitions
 from relay.mirror.applier import Applier
@@ -107,6 +107,33 @@ def kafka_partitions(
     return tuple(partitions)
 
 
+def targets_for(
+    engine: Engine,
+    settings: MirrorSettings,
+    stream: KafkaRecordStream,
+    partitions: Sequence[TopicPartitionKey],
+) -> dict[TopicPartitionKey, int]:
+    """The last stable offset of each partition: what ``--once`` and the Spark job apply
+    up to. A stored offset never passes the last stable offset of its time, so one read
+    before it that is past it means the topic was recreated or truncated: an error."""
+    stored = {
+        (topic, partition): offset
+        for topic, partition, offset, _ in group_offsets(
+            engine, settings.relay.database_url, settings.group
+        )
+    }
+    stable = stream.last_stable_offsets(partitions)
+    for tp in partitions:
+        if stored.get(tp, 0) > stable[tp]:
+            raise KafkaError(
+                f"{tp[0]}[{tp[1]}]: the stored offset {stored[tp]} is past the end of the "
+                f"partition ({stable[tp]}): the topic was recreated or truncated. Set "
+                "mirror_offsets.next_offset for it (or delete the row to start from the "
+                "beginning)"
+            )
+    return stable
+
+
 def _loop(
     settings: MirrorSettings,
     engine: Engine,
@@ -146,7 +173,7 @@ class MirrorService:
             prepared = prepare(self._settings, engine)
             stream = KafkaRecordStream(self._settings.relay.kafka, self._settings.group)
             if once:
-                targets = stream.last_stable_offsets(prepared.partitions)
+                targets = targets_for(engine, self._settings, stream, prepared.partitions)
                 loop = _loop(
                     self._settings,
                     engine,

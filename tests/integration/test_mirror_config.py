@@ -141,3 +141,16 @@ def test_no_secret_in_the_output(env: MirrorEnv) -> None:
     assert refused.returncode == 3
     for output in (ok.stdout + ok.stderr, refused.stdout + refused.stderr):
         assert SECRET not in output
+
+
+def test_a_stored_offset_past_the_end_of_the_partition_is_an_error(env: MirrorEnv) -> None:
+    """The topic was recreated (or truncated) under the mirror: not silently 'done'."""
+    env.sql(
+        "INSERT INTO mirror_offsets (consumer_group, topic, partition, next_offset) "
+        "VALUES (:g, :t, 0, 1000)",
+        g=env.group,
+        t=_topic(env),
+    )
+    result = env.run("--once")
+    assert result.returncode == 4, result.stderr
+    assert "the stored offset 1000 is past the end of the partition (0)" in result.stderr
