@@ -165,8 +165,12 @@ def _field(document: dict[str, object], path: str) -> object:
 
 def from_json(kind: ColumnKind, value: object, what: str) -> object:
     """A JSON value converted for a column of ``kind``; DecodeError on a type mismatch."""
-    if value is None or kind is ColumnKind.JSON or kind is ColumnKind.OTHER:
+    if value is None or kind is ColumnKind.JSON:
         return value
+    if kind is ColumnKind.OTHER:
+        if _plain(value):  # arrays, enums, ...: the database checks the value
+            return value
+        raise DecodeError(f"{what} is {_json_type(value)}, column needs a scalar or an array")
     converted = _JSON_CONVERTERS.get(kind, _from_json_string)(kind, value, what)
     if converted is _MISSING:
         raise DecodeError(f"{what} is {_json_type(value)}, column needs {kind.value}")
@@ -248,6 +252,13 @@ def _from_string(kind: ColumnKind, text: str, what: str) -> object:
     except (ValueError, binascii.Error):
         raise DecodeError(f"{what} {_short(text)!r} is not a valid {kind.value}") from None
     return text
+
+
+def _plain(value: object) -> bool:
+    """Scalars and (nested) lists of them: what the driver can send for any type."""
+    if isinstance(value, list):
+        return all(_plain(v) for v in value)
+    return value is None or isinstance(value, str | int | float | bool)
 
 
 def _json_type(value: object) -> str:

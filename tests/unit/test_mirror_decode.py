@@ -151,6 +151,7 @@ def test_a_record_failing_for_one_table_is_dead_lettered_whole() -> None:
         (K.DATE, "2026-01-02", date(2026, 1, 2)),
         (K.BYTES, "AAE=", b"\x00\x01"),
         (K.OTHER, [1, 2], [1, 2]),
+        (K.OTHER, "label", "label"),
     ],
 )
 def test_json_values_are_converted_for_the_column(
@@ -171,6 +172,8 @@ def test_json_values_are_converted_for_the_column(
         (K.TIMESTAMPTZ, "yesterday"),
         (K.UUID, "not-a-uuid"),
         (K.DATE, 20260102),
+        (K.OTHER, {"a": 1}),
+        (K.OTHER, [[1], [{"a": 1}]]),
     ],
 )
 def test_wrong_types_are_decode_errors(kind: ColumnKind, value: object) -> None:
