@@ -17,25 +17,19 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import re
 import sys
-import time
 from collections.abc import Sequence
 
 from relay import logs
 from relay.cli import add_connection_flags
-from relay.errors import RelayError
 from relay.mirror.cli import add_mirror_flags, mirror_settings_from_args
 from relay.mirror.consumer import KafkaRecordStream
 from relay.mirror.postgres_store import group_offsets
 from relay.mirror.service import make_engine, mirror_partition, prepare, targets_for
 from relay.mirror.settings import MirrorSettings
-from relay.secrets import mask_text
+from relay.spark import job_main, run_tasks
 
 log = logging.getLogger("relay.jobs.mirror")
-
-_TASK_ERROR = re.compile(r"(relay\.[\w.]*Error): ([^\n]*)")
 
 TaskResult = tuple[str, int, int, int, int, int, int]
 
@@ -100,26 +94,10 @@ def run(argv: Sequence[str] | None = None) -> int:
         ", ".join(f"{t}[{p}] up to {target}" for t, p, target in tasks),
     )
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark import SparkConf
-    from pyspark.sql import SparkSession
-
-    conf = SparkConf().setAppName("relay-mirror")
-    if args.master:
-        conf.setMaster(args.master)
-    elif not conf.contains("spark.master"):
-        conf.setMaster("local[*]")
-    spark = SparkSession.builder.config(conf=conf).getOrCreate()
-    started = time.monotonic()
-    try:
-        results: list[TaskResult] = (
-            spark.sparkContext.parallelize(tasks, len(tasks))
-            .map(lambda task: run_task(settings, *task))
-            .collect()
-        )
-    finally:
-        spark.stop()
-    elapsed = time.monotonic() - started
+    results: list[TaskResult]
+    results, elapsed = run_tasks(
+        "relay-mirror", args.master, tasks, lambda task: run_task(settings, *task)
+    )
     for topic, partition, applied, dead, skipped, conflicts, next_offset in sorted(results):
         log.info(
             "%s[%d]: applied %d, dead-lettered %d, skipped %d, %d offset conflicts, next offset %d",
@@ -144,18 +122,7 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        return run(argv)
-    except RelayError as exc:
-        print(f"mirror: error: {mask_text(str(exc))}", file=sys.stderr)
-        return exc.exit_code
-    except Exception as exc:
-        # A task's RelayError reaches the driver wrapped in Spark's job failure.
-        found = _TASK_ERROR.search(str(exc))
-        if found is None:
-            raise
-        print(f"mirror: error: a task failed: {mask_text(found[2])}", file=sys.stderr)
-        return 1
+    return job_main("mirror", lambda: run(argv))
 
 
 if __name__ == "__main__":

@@ -15,23 +15,17 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import re
 import sys
-import time
 from collections.abc import Sequence
 
 from relay import logs
 from relay.cli import add_connection_flags, add_relay_flags, settings_from_args
 from relay.config import RelaySettings
-from relay.errors import RelayError
 from relay.postgres.database import make_engine
 from relay.relay_service import check_environment, drain_partition, select_partitions
-from relay.secrets import mask_text
+from relay.spark import job_main, run_tasks
 
 log = logging.getLogger("relay.jobs.outbox_relay")
-
-_TASK_ERROR = re.compile(r"(relay\.[\w.]*Error): ([^\n]*)")
 
 
 def run_task(settings: RelaySettings, partition: int) -> tuple[int, int, int, int]:
@@ -60,26 +54,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     finally:
         engine.dispose()
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark import SparkConf
-    from pyspark.sql import SparkSession
-
-    conf = SparkConf().setAppName("outbox-relay")
-    if args.master:
-        conf.setMaster(args.master)
-    elif not conf.contains("spark.master"):
-        conf.setMaster("local[*]")
-    spark = SparkSession.builder.config(conf=conf).getOrCreate()
-    started = time.monotonic()
-    try:
-        results = (
-            spark.sparkContext.parallelize(partitions, len(partitions))
-            .map(lambda p: run_task(settings, p))
-            .collect()
-        )
-    finally:
-        spark.stop()
-    elapsed = time.monotonic() - started
+    results, elapsed = run_tasks(
+        "outbox-relay", args.master, partitions, lambda p: run_task(settings, p)
+    )
     total = sum(r[1] for r in results)
     for partition, records, batches, position in sorted(results):
         log.info(
@@ -100,18 +77,7 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        return run(argv)
-    except RelayError as exc:
-        print(f"outbox_relay: error: {mask_text(str(exc))}", file=sys.stderr)
-        return exc.exit_code
-    except Exception as exc:
-        # A task's RelayError reaches the driver wrapped in Spark's job failure.
-        found = _TASK_ERROR.search(str(exc))
-        if found is None:
-            raise
-        print(f"outbox_relay: error: a task failed: {mask_text(found[2])}", file=sys.stderr)
-        return 1
+    return job_main("outbox_relay", lambda: run(argv))
 
 
 if __name__ == "__main__":

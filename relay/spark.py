@@ -1,0 +1,68 @@
+"""What both Spark jobs share: running tasks on a Spark session, and their exit codes.
+
+PySpark is imported only here and only when a job runs, so the rest of the package works
+without it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from relay.errors import RelayError
+from relay.secrets import mask_text
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+# A task's RelayError reaches the driver as text inside Spark's job failure.
+_TASK_ERROR = re.compile(r"(relay\.[\w.]*Error): ([^\n]*)")
+
+
+def run_tasks(
+    app_name: str,
+    master: str | None,
+    items: Sequence[Item],
+    task: Callable[[Item], Result],
+) -> tuple[list[Result], float]:
+    """Run ``task`` on each item as one Spark task; returns the results and seconds taken.
+
+    The master is ``master`` when given, else spark-submit's, else ``local[*]``.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark import SparkConf
+    from pyspark.sql import SparkSession
+
+    conf = SparkConf().setAppName(app_name)
+    if master:
+        conf.setMaster(master)
+    elif not conf.contains("spark.master"):
+        conf.setMaster("local[*]")
+    spark = SparkSession.builder.config(conf=conf).getOrCreate()
+    started = time.monotonic()
+    try:
+        results: list[Result] = (
+            spark.sparkContext.parallelize(list(items), len(items)).map(task).collect()
+        )
+    finally:
+        spark.stop()
+    return results, time.monotonic() - started
+
+
+def job_main(prog: str, run: Callable[[], int]) -> int:
+    """Run a job's driver: one clear line on stderr and the error's exit code on failure."""
+    try:
+        return run()
+    except RelayError as exc:
+        print(f"{prog}: error: {mask_text(str(exc))}", file=sys.stderr)
+        return exc.exit_code
+    except Exception as exc:
+        found = _TASK_ERROR.search(str(exc))
+        if found is None:
+            raise
+        print(f"{prog}: error: a task failed: {mask_text(found[2])}", file=sys.stderr)
+        return 1
