@@ -68,7 +68,7 @@ class FaultSkipped(Exception):
 
 @dataclass(frozen=True, slots=True)
 class FaultRecord:
-    n: int
+    n: int | None  # the how-manieth injected fault; None when skipped
     of: int
     kind: str
     at: str
@@ -78,11 +78,8 @@ class FaultRecord:
     seconds: float
 
     def line(self) -> str:
-        state = "" if self.injected else " (skipped)"
-        return (
-            f"{self.at} fault {self.n}/{self.of} {self.kind}{state}: {self.target}; "
-            f"{self.detail} ({self.seconds:.1f} s)"
-        )
+        head = f"fault {self.n}/{self.of}" if self.injected else "skipped"
+        return f"{self.at} {head} {self.kind}: {self.target}; {self.detail} ({self.seconds:.1f} s)"
 
 
 class FaultLog:
@@ -163,14 +160,15 @@ def kill9_mirror(ctx: FaultContext) -> Outcome:
 def kill9_spark(ctx: FaultContext) -> Outcome:
     """Kill a Spark job (the relay's or the mirror's) while its tasks work: the whole
     job (driver, JVM, Python workers) or one Python worker (Spark re-runs the task)."""
-    slot = ctx.rng.choice(sorted(ctx.spark_jobs))
-    marker = ctx.spark_jobs[slot]
-    ctx.supervisor.start_now(slot)
-    job = ctx.running(slot, timeout=60.0)
-    if not ctx.wait(lambda: not job.alive or marker in job.output(), 90.0):
-        raise FaultSkipped(f"{slot} job pid {job.pid} never started a task")
-    if not job.alive:
-        raise FaultSkipped(f"{slot} job pid {job.pid} finished before the kill")
+    slots = sorted(ctx.spark_jobs)
+    ctx.rng.shuffle(slots)
+    for attempt in range(4):  # a job may find nothing to do and end at once
+        slot = slots[attempt % len(slots)]
+        job = _job_at_work(ctx, slot)
+        if job is not None:
+            break
+    else:
+        raise FaultSkipped("no Spark job was caught with its tasks at work (4 tries)")
     workers = [
         pid
         for pid in descendants(job.pid)
@@ -182,6 +180,16 @@ def kill9_spark(ctx: FaultContext) -> Outcome:
         return Outcome(f"{slot} job pid {job.pid}", f"SIGKILL of Python worker pid {worker}")
     job.kill_tree()
     return Outcome(f"{slot} job pid {job.pid}", "SIGKILL of the driver, its JVM and workers")
+
+
+def _job_at_work(ctx: FaultContext, slot: str) -> ManagedProcess | None:
+    """Start the job of ``slot`` now (unless it runs) and wait until its tasks work."""
+    marker = ctx.spark_jobs[slot]
+    ctx.supervisor.start_now(slot)
+    job = ctx.running(slot, timeout=60.0)
+    if not ctx.wait(lambda: not job.alive or marker in job.output(), 90.0):
+        raise FaultSkipped(f"{slot} job pid {job.pid} never started a task")
+    return job if job.alive else None
 
 
 def kill9_broker(ctx: FaultContext) -> Outcome:
@@ -284,7 +292,9 @@ def _kill(pid: int) -> None:
 
 class FaultInjector:
     """Injects the planned faults one after another, with seeded gaps, within a time
-    limit; each one is logged when it ends."""
+    limit; each one is logged when it ends. A skipped fault (its target never came up)
+    is tried again at the end of the plan, at most ``len(plan)`` retries in all, so that
+    the planned count is injected whenever time allows."""
 
     def __init__(
         self,
@@ -305,7 +315,11 @@ class FaultInjector:
 
     def run(self) -> None:
         clock = self._ctx.clock
-        for n, kind in enumerate(self._plan, start=1):
+        queue = list(self._plan)
+        retries = len(queue)
+        injected = 0
+        while queue:
+            kind = queue.pop(0)
             if clock.wait(self._ctx.rng.uniform(*self._gap), self._stop):
                 return
             if clock.monotonic() >= self._deadline:  # no fault starts after the limit
@@ -314,19 +328,24 @@ class FaultInjector:
             started = clock.monotonic()
             try:
                 outcome = ACTIONS[kind](self._ctx)
-                injected = True
             except FaultSkipped as exc:
-                outcome, injected = Outcome("-", str(exc)), False
-            seconds = clock.monotonic() - started
+                outcome = Outcome("-", str(exc))
+                if retries > 0:
+                    retries -= 1
+                    queue.append(kind)
+                n = None
+            else:
+                injected += 1
+                n = injected
             self._log.add(
                 FaultRecord(
                     n,
                     len(self._plan),
                     kind.value,
                     at,
-                    injected,
+                    n is not None,
                     outcome.target,
                     outcome.detail,
-                    round(seconds, 2),
+                    round(clock.monotonic() - started, 2),
                 )
             )

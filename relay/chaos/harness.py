@@ -113,7 +113,7 @@ class ChaosReport:
         skipped = sum(1 for r in self.faults if not r.injected)
         out = [
             f"faults injected: {sum(self.injected.values())} of {self.planned} planned "
-            f"(seed {self.seed}; {skipped} skipped): {by_kind or 'none'}",
+            f"(seed {self.seed}; {skipped} skipped and retried): {by_kind or 'none'}",
             f"events written (ledger): {self.result.ledger}; workload: {self.workload.describe()}",
         ]
         for name, (starts, exits) in sorted(self.processes.items()):

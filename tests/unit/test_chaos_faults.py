@@ -70,45 +70,95 @@ def _context(clock: FakeClock) -> FaultContext:
     )
 
 
+def _log(tmp_path: Path, lines: list[str]) -> FaultLog:
+    return FaultLog(
+        tmp_path / "faults.jsonl", lines.append, lambda: datetime(2026, 1, 2, tzinfo=UTC)
+    )
+
+
+def _slow(ctx: FaultContext) -> Outcome:
+    ctx.clock.wait(10.0)
+    return Outcome("broker", "restarted")
+
+
 def test_injector_logs_each_fault_with_a_timestamp_and_respects_the_time_limit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clock = FakeClock()
-
-    def slow(ctx: FaultContext) -> Outcome:
-        ctx.clock.wait(10.0)
-        return Outcome("broker", "restarted")
-
-    def skipped(_ctx: FaultContext) -> Outcome:
-        raise FaultSkipped("no relay came up")
-
-    monkeypatch.setitem(faults.ACTIONS, FaultKind.KILL9_BROKER, slow)
-    monkeypatch.setitem(faults.ACTIONS, FaultKind.KILL9_RELAY, skipped)
+    monkeypatch.setitem(faults.ACTIONS, FaultKind.KILL9_BROKER, _slow)
     lines: list[str] = []
-    log = FaultLog(
-        tmp_path / "faults.jsonl", lines.append, lambda: datetime(2026, 1, 2, tzinfo=UTC)
-    )
-    plan = [FaultKind.KILL9_RELAY, FaultKind.KILL9_BROKER, FaultKind.KILL9_BROKER] * 3
+    log = _log(tmp_path, lines)
     injector = FaultInjector(
-        plan, _context(clock), log, gap_s=(1.0, 1.0), deadline=25.0, stop=threading.Event()
+        [FaultKind.KILL9_BROKER] * 5,
+        _context(FakeClock()),
+        log,
+        gap_s=(1.0, 1.0),
+        deadline=25.0,
+        stop=threading.Event(),
     )
     injector.run()
     log.close()
 
-    # 1 s gap + skip, 1 s gap + 10 s, 1 s gap + 10 s = 23 s; the 4th starts before 25 s
-    assert [r.kind for r in log.records] == [
-        "kill9_relay",
-        "kill9_broker",
-        "kill9_broker",
-        "kill9_relay",
-    ]
-    assert [r.injected for r in log.records] == [False, True, True, False]
+    # gaps of 1 s: faults start at 1, 12 and 23 s; none starts after the 25 s limit
+    assert [r.n for r in log.records] == [1, 2, 3]
     assert lines[1] == (
-        "2026-01-02T00:00:00.000+00:00 fault 2/9 kill9_broker: broker; restarted (10.0 s)"
+        "2026-01-02T00:00:00.000+00:00 fault 2/5 kill9_broker: broker; restarted (10.0 s)"
     )
     stored = [json.loads(line) for line in (tmp_path / "faults.jsonl").read_text().splitlines()]
-    assert stored[0]["kind"] == "kill9_relay" and stored[0]["injected"] is False
-    assert stored[1]["at"] == "2026-01-02T00:00:00.000+00:00"
+    assert stored[0] == {
+        "n": 1,
+        "of": 5,
+        "kind": "kill9_broker",
+        "at": "2026-01-02T00:00:00.000+00:00",
+        "injected": True,
+        "target": "broker",
+        "detail": "restarted",
+        "seconds": 10.0,
+    }
+
+
+def test_a_skipped_fault_is_logged_and_tried_again_later_within_a_retry_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    attempts: list[str] = []
+
+    def flaky(_ctx: FaultContext) -> Outcome:
+        attempts.append("relay")
+        if len(attempts) <= 2:
+            raise FaultSkipped("no relay came up")
+        return Outcome("relay pid 1", "SIGKILL")
+
+    def never(_ctx: FaultContext) -> Outcome:
+        raise FaultSkipped("no mirror came up")
+
+    monkeypatch.setitem(faults.ACTIONS, FaultKind.KILL9_BROKER, _slow)
+    monkeypatch.setitem(faults.ACTIONS, FaultKind.KILL9_RELAY, flaky)
+    lines: list[str] = []
+    log = _log(tmp_path, lines)
+    plan = [FaultKind.KILL9_RELAY, FaultKind.KILL9_BROKER]
+    FaultInjector(
+        plan, _context(FakeClock()), log, gap_s=(1.0, 1.0), deadline=1e9, stop=threading.Event()
+    ).run()
+    assert [(r.kind, r.n) for r in log.records] == [
+        ("kill9_relay", None),
+        ("kill9_broker", 1),
+        ("kill9_relay", None),
+        ("kill9_relay", 2),
+    ]
+    assert (
+        lines[0] == "2026-01-02T00:00:00.000+00:00 skipped kill9_relay: -; no relay came up (0.0 s)"
+    )
+
+    monkeypatch.setitem(faults.ACTIONS, FaultKind.KILL9_MIRROR, never)
+    log = _log(tmp_path, [])
+    FaultInjector(
+        [FaultKind.KILL9_MIRROR] * 3,
+        _context(FakeClock()),
+        log,
+        gap_s=(1.0, 1.0),
+        deadline=1e9,
+        stop=threading.Event(),
+    ).run()
+    assert len(log.records) == 6 and not any(r.injected for r in log.records)
 
 
 def _python(code: str, tmp_path: Path) -> Command:
