@@ -27,14 +27,8 @@ from sqlalchemy import create_engine
 from relay import devenv
 from relay.chaos import setup
 from relay.chaos.checker import CheckResult
-from relay.chaos.faults import (
-    FaultContext,
-    FaultInjector,
-    FaultKind,
-    FaultLog,
-    FaultRecord,
-    plan_faults,
-)
+from relay.chaos.faults import FaultContext, FaultKind, plan_faults
+from relay.chaos.injector import FaultInjector, FaultLog, FaultRecord
 from relay.chaos.processes import Supervisor
 from relay.chaos.readers import KafkaAccess, run_check
 from relay.chaos.servers import ChaosServers, remove_workdir, start_servers, stop_servers

@@ -15,15 +15,8 @@ from pathlib import Path
 import pytest
 
 from relay.chaos import faults
-from relay.chaos.faults import (
-    FaultContext,
-    FaultInjector,
-    FaultKind,
-    FaultLog,
-    FaultSkipped,
-    Outcome,
-    plan_faults,
-)
+from relay.chaos.faults import FaultContext, FaultKind, FaultSkipped, Outcome, plan_faults
+from relay.chaos.injector import FaultInjector, FaultLog
 from relay.chaos.processes import Command, Slot, Supervisor, is_stopped
 from relay.timing import SystemClock
 
