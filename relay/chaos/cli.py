@@ -32,9 +32,9 @@ def add_chaos_command(subparsers: Any) -> None:  # argparse's _SubParsersAction
         "chaos",
         help="prove exactly-once under faults: workload, faults and an independent checker",
         description="Runs its own PostgreSQL and Kafka (free ports, a working directory of "
-        "its own), writers through the write API, `relay run`, Spark job runs and (when "
-        "installed) `relay mirror`; injects faults; drains; checks. Exit 0 only when the "
-        "checker finds nothing lost, duplicated, out of order or wrongly visible.",
+        "its own), writers through the write API, `relay run`, `relay mirror` and runs of "
+        "both Spark jobs; injects faults; drains; checks. Exit 0 only when the checker "
+        "finds nothing lost, duplicated, out of order, wrongly visible or mirrored wrong.",
     )
     chaos.add_argument("--faults", type=int, default=200, help="faults to inject [200]")
     chaos.add_argument("--seed", type=int, default=7, help="seed of workload and faults [7]")

@@ -120,6 +120,8 @@ def kill9_spark(ctx: FaultContext) -> Outcome:
     """Kill a Spark job (the relay's or the mirror's) while its tasks work: the whole
     job (driver, JVM, Python workers) or one Python worker (Spark re-runs the task)."""
     slots = sorted(ctx.spark_jobs)
+    if not slots:
+        raise FaultSkipped("no Spark job in this run")
     ctx.rng.shuffle(slots)
     for attempt in range(4):  # a job may find nothing to do and end at once
         slot = slots[attempt % len(slots)]

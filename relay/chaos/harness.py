@@ -2,9 +2,9 @@
 
 1. start a PostgreSQL server and a Kafka broker of the run's own (never the shared ones),
    migrate, create the workload's tables and topic;
-2. start the processes under test: a continuous ``relay run``, a Spark job run now and
-   then, and (when the mirror is installed) two ``relay mirror`` consumers of one group;
-   a supervisor restarts whatever exits;
+2. start the processes under test: a continuous ``relay run``, two ``relay mirror``
+   consumers of one group, and now and then a run of the relay's and of the mirror's
+   Spark job; a supervisor restarts whatever exits;
 3. start the writers, then inject the planned faults, bounded in count and time;
 4. stop the writers and the processes, drain with ``relay run --once`` and
    ``relay mirror --once``, then run the checker and stop the servers.
@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import logging
 import random
 import shutil
 import threading
@@ -36,8 +35,6 @@ from relay.chaos.workload import MIRROR, Workload, WorkloadConfig, WorkloadStats
 from relay.errors import RelayError
 from relay.postgres.migrations import PROJECT_ROOT
 from relay.timing import Clock
-
-log = logging.getLogger(__name__)
 
 
 class ChaosError(RelayError):
@@ -173,30 +170,29 @@ class ChaosRun:
         )
         try:
             setup.prepare(env, engine, config)
-            mirror = setup.mirror_available()
             supervisor = Supervisor(workdir / "logs", self._clock)
-            setup.add_slots(supervisor, env, config, self._rng, mirror)
-            plan = plan_faults(config.faults, self._kinds(mirror), self._rng)
+            setup.add_slots(supervisor, env, config, self._rng)
+            plan = plan_faults(config.faults, list(config.kinds), self._rng)
             log_file = FaultLog(workdir / "faults.jsonl", self._emit, self._now)
             workload = Workload(engine, env.topic, config.workload, config.seed, self._clock)
             try:
                 supervisor.start()
                 workload.start()
-                self._emit(f"chaos: workload and processes started (mirror: {mirror})")
+                self._emit("chaos: writers and processes under test started")
                 self._clock.wait(config.warmup_s)
-                self._inject(plan, supervisor, workdir, log_file, mirror)
+                self._inject(plan, supervisor, workdir, log_file)
             finally:
                 workload.stop()
                 supervisor.shutdown()
                 log_file.close()
             self._emit("chaos: writers stopped; draining with relay run --once")
-            setup.drain(env, engine, config, mirror=mirror, clock=self._clock, emit=self._emit)
+            setup.drain(env, engine, config, clock=self._clock, emit=self._emit)
             self._emit("chaos: checking")
             result = run_check(
                 engine,
                 KafkaAccess(servers.bootstrap_servers, {}),
                 env.topic,
-                MIRROR if mirror else None,
+                MIRROR,
             )
         finally:
             engine.dispose()
@@ -212,17 +208,12 @@ class ChaosRun:
             workdir=workdir,
         )
 
-    def _kinds(self, mirror: bool) -> list[FaultKind]:
-        mirror_kinds = {FaultKind.KILL9_MIRROR, FaultKind.PAUSE_MIRROR}
-        return [k for k in self._config.kinds if mirror or k not in mirror_kinds]
-
     def _inject(
         self,
         plan: list[FaultKind],
         supervisor: Supervisor,
         workdir: Path,
         log_file: FaultLog,
-        mirror: bool,
     ) -> None:
         config = self._config
         ctx = FaultContext(
@@ -230,10 +221,10 @@ class ChaosRun:
             clock=self._clock,
             rng=self._rng,
             relay_partitions=config.relay_partitions,
-            mirror_slots=setup.MIRROR_SLOTS if mirror else (),
-            spark_jobs={n: m for n, m in setup.TASK_STARTED.items() if n in supervisor.slots},
-            restart_broker=lambda: _quiet_restart(devenv.restart_kafka, workdir, True),
-            restart_database=lambda: _quiet_restart(devenv.restart_postgres, workdir, "immediate"),
+            mirror_slots=setup.MIRROR_SLOTS,
+            spark_jobs=setup.TASK_STARTED,
+            restart_broker=lambda: _restart(devenv.restart_kafka, workdir, True),
+            restart_database=lambda: _restart(devenv.restart_postgres, workdir, "immediate"),
             mirror_pause_s=config.mirror_pause_s,
         )
         deadline = self._clock.monotonic() + config.duration_limit_s
@@ -241,5 +232,5 @@ class ChaosRun:
         FaultInjector(plan, ctx, log_file, gap_s=config.gap_s, deadline=deadline, stop=stop).run()
 
 
-def _quiet_restart(restart: Callable[..., str], workdir: Path, how: object) -> None:
+def _restart(restart: Callable[..., str], workdir: Path, how: object) -> None:
     restart(workdir, how, timeout=120.0)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
-import functools
 import os
 import random
 import subprocess
@@ -78,8 +76,7 @@ class Environment:
             RELAY_POSITIONS_GROUP=f"{self.prefix}-positions",
             **RELAY_SETTINGS,
         )
-        if mirror_available():
-            env.update(RELAY_MIRROR_CONFIG=str(self.mapping), RELAY_MIRROR_GROUP=MIRROR_GROUP)
+        env.update(RELAY_MIRROR_CONFIG=str(self.mapping), RELAY_MIRROR_GROUP=MIRROR_GROUP)
         env.update(extra)
         return env
 
@@ -95,17 +92,6 @@ class Environment:
 
 def relay_cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "relay.cli", *args]
-
-
-@functools.cache
-def mirror_available() -> bool:
-    """Whether this installation has the reverse relay (a ``relay mirror`` command)."""
-    from relay.cli import build_parser
-
-    for action in build_parser()._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return "mirror" in action.choices
-    return False
 
 
 def write_mapping(path: Path, topic: str) -> None:
@@ -152,7 +138,6 @@ def add_slots(
     env: Environment,
     config: ChaosConfig,
     rng: random.Random,
-    mirror: bool,
 ) -> None:
     def relay(incarnation: int) -> Command:
         trap = env.trap("relay", incarnation)
@@ -160,13 +145,9 @@ def add_slots(
         return Command(relay_cli("run"), env.env(RELAY_FAILPOINTS=failpoint), PROJECT_ROOT, trap)
 
     supervisor.add(Slot("relay", relay, lambda: 0.5))
-    jobs = {"spark": SPARK_JOB}
-    if mirror:
-        for name in MIRROR_SLOTS:
-            supervisor.add(Slot(name, _mirror_command(env, name), lambda: 0.5))
-        if MIRROR_JOB.is_file():
-            jobs["spark-mirror"] = MIRROR_JOB
-    for name, job in jobs.items():
+    for name in MIRROR_SLOTS:
+        supervisor.add(Slot(name, _mirror_command(env, name), lambda: 0.5))
+    for name, job in (("spark", SPARK_JOB), ("spark-mirror", MIRROR_JOB)):
         slot = Slot(name, _job_command(env, job), lambda: rng.uniform(*config.spark_every_s))
         slot.next_start = supervisor.clock.monotonic() + rng.uniform(*config.spark_every_s)
         supervisor.add(slot)
@@ -233,7 +214,6 @@ def drain(
     engine: Engine,
     config: ChaosConfig,
     *,
-    mirror: bool,
     clock: Clock,
     emit: Callable[[str], None],
 ) -> None:
@@ -256,13 +236,12 @@ def drain(
         log_path=logs / "drain-relay.log",
     )
     emit(f"chaos: outbox drained ({runs} relay run --once)")
-    if mirror:
-        runs = _run_until(
-            relay_cli("mirror", "--once"),
-            env=env,
-            done=lambda c: c == 0,
-            deadline=deadline,
-            clock=clock,
-            log_path=logs / "drain-mirror.log",
-        )
-        emit(f"chaos: mirror drained ({runs} relay mirror --once)")
+    runs = _run_until(
+        relay_cli("mirror", "--once"),
+        env=env,
+        done=lambda c: c == 0,
+        deadline=deadline,
+        clock=clock,
+        log_path=logs / "drain-mirror.log",
+    )
+    emit(f"chaos: mirror drained ({runs} relay mirror --once)")
