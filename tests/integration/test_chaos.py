@@ -1,5 +1,6 @@
-"""The short chaos run (docs/chaos.md): 20 faults while service writers run, then the
-independent checker. It runs its own PostgreSQL and Kafka on free ports (it kills and
+"""The chaos harness (docs/chaos.md): the standalone checker against the shared test
+servers, and the short chaos run: 20 faults while service writers run, then the checker.
+The chaos run uses a PostgreSQL and a Kafka of its own on free ports (it kills and
 restarts them), never the shared test servers."""
 
 from __future__ import annotations
@@ -8,11 +9,69 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from tests.integration.support import PROJECT_ROOT
+from confluent_kafka import Producer
+from sqlalchemy import create_engine
+from sqlalchemy.pool import NullPool
+
+from relay.chaos.setup import write_mapping
+from relay.chaos.workload import MIRROR, Workload, WorkloadConfig, create_schema
+from relay.timing import SystemClock
+from tests.integration.support import PROJECT_ROOT, RelayTestEnv, read_committed, run_relay
 
 SHORT_RUN_LIMIT_S = 180
+
+
+def test_checker_passes_a_clean_run_and_counts_injected_anomalies(
+    relay_env: RelayTestEnv, make_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    topic = make_topic("chaos", partitions=3)
+    engine = create_engine(relay_env.database_url, poolclass=NullPool)
+    try:
+        create_schema(engine, keys=10)
+        config = WorkloadConfig(writers=2, keys=10, long_ratio=0.0)
+        workload = Workload(engine, topic, config, seed=3, clock=SystemClock())
+        workload.start()
+        time.sleep(2)
+        workload.stop()
+    finally:
+        engine.dispose()
+    assert workload.stats.acknowledged > 0 and workload.stats.rolled_back > 0
+    assert run_relay(relay_env, "run", "--once").returncode == 0
+    mapping = tmp_path / "mirror.toml"
+    write_mapping(mapping, topic)
+    mirror = {"RELAY_MIRROR_CONFIG": str(mapping), "RELAY_MIRROR_GROUP": "chaos-check"}
+    applied = run_relay(relay_env, "mirror", "--once", **mirror)
+    assert applied.returncode == 0, applied.stderr
+
+    def check() -> subprocess.CompletedProcess[str]:
+        return run_relay(relay_env, "chaos", "check", "--topic", topic, "--mirror-table", MIRROR)
+
+    clean = check()
+    assert clean.returncode == 0, clean.stderr
+    ledger = relay_env.sql("SELECT count(*) FROM chaos_ledger")[0][0]
+    assert clean.stdout.strip().splitlines()[-1] == (
+        f"checked {ledger} events (ledger {ledger}): lost=0 duplicated=0 out_of_order=0 "
+        "aborted_visible=0 corrupted=0 mirror_mismatch=0 OK"
+    )
+
+    # A published event again (not through the relay) and a mirrored row changed behind
+    # the mirror's back: the checker must see both.
+    first = read_committed(relay_env.bootstrap_servers, topic)[0]
+    producer = Producer({"bootstrap.servers": relay_env.bootstrap_servers})
+    producer.produce(topic, value=first.value, key=first.key, partition=first.partition)
+    assert producer.flush(30) == 0
+    relay_env.sql(
+        f"UPDATE {MIRROR} SET balance = balance + 1 WHERE key = (SELECT min(key) FROM {MIRROR})"
+    )
+    broken = check()
+    assert broken.returncode == 1, broken.stderr
+    summary = broken.stdout.strip().splitlines()[-1]
+    assert "lost=0 duplicated=1 out_of_order=0" in summary
+    assert summary.endswith("mirror_mismatch=1 FAILED")
+    assert "  duplicated: partition" in broken.stdout
 
 
 def test_short_chaos_run_loses_duplicates_and_reorders_nothing(tmp_path: Path) -> None:
