@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 from datetime import UTC, datetime
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from relay.chaos.faults import FaultKind
@@ -112,6 +114,7 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
         synchronous_commit=args.synchronous_commit == "on",
     )
     run = ChaosRun(config, _print, SystemClock(), lambda: datetime.now(UTC))
+    signal.signal(signal.SIGTERM, _interrupt)  # stop processes and servers on the way out
     try:
         report = run.run()
     except DevEnvError as exc:
@@ -143,6 +146,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
             print(f"  {kind}: {example}")
     print(result.summary_line(), flush=True)
     return 0 if result.ok else ANOMALIES_EXIT_CODE
+
+
+def _interrupt(signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def _print(line: str) -> None:

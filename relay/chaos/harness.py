@@ -141,9 +141,9 @@ class ChaosRun:
         workdir = workdir.absolute()
         (workdir / "logs").mkdir(parents=True, exist_ok=True)
         self._emit(f"chaos: seed {config.seed}, {config.faults} faults, workdir {workdir}")
-        servers = start_servers(workdir)
         ok = False
         try:
+            servers = start_servers(workdir)  # stopped below even if only one came up
             self._emit(
                 f"chaos: own servers up: PostgreSQL 127.0.0.1:{servers.ports.postgres}, "
                 f"Kafka {servers.bootstrap_servers}"

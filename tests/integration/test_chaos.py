@@ -77,29 +77,31 @@ def test_checker_passes_a_clean_run_and_counts_injected_anomalies(
 def test_short_chaos_run_loses_duplicates_and_reorders_nothing(tmp_path: Path) -> None:
     report_path = tmp_path / "report.json"
     started = time.monotonic()
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "relay.cli",
-            "chaos",
-            "--faults",
-            "20",
-            "--seed",
-            "7",
-            "--duration-limit",
-            "100",
-            "--workdir",
-            str(tmp_path / "chaos"),
-            "--report",
-            str(report_path),
-        ],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=SHORT_RUN_LIMIT_S + 60,
-        check=False,
-    )
+    argv = [
+        sys.executable,
+        "-m",
+        "relay.cli",
+        "chaos",
+        "--faults",
+        "20",
+        "--seed",
+        "7",
+        "--duration-limit",
+        "100",
+        "--workdir",
+        str(tmp_path / "chaos"),
+        "--report",
+        str(report_path),
+    ]
+    with subprocess.Popen(
+        argv, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as chaos:
+        try:
+            stdout, stderr = chaos.communicate(timeout=SHORT_RUN_LIMIT_S)
+        except subprocess.TimeoutExpired:
+            chaos.terminate()  # SIGTERM: it stops its processes and servers, then exits
+            stdout, stderr = chaos.communicate(timeout=60)
+    run = subprocess.CompletedProcess(argv, chaos.returncode, stdout, stderr)
     elapsed = time.monotonic() - started
     output = run.stdout + run.stderr[-5000:]
     assert run.returncode == 0, output
