@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, Engine, text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 import relay
 from relay.timing import Clock
@@ -145,13 +145,20 @@ class Workload:
             thread.join(max(0.0, deadline - self._clock.monotonic()))
 
     def _writer(self, rng: random.Random) -> None:
+        try:
+            self._write_until_stopped(rng)
+        except Exception as exc:  # shows in the report instead of a silently smaller load
+            log.exception("writer %s crashed", threading.current_thread().name)
+            self.stats.error(f"writer crashed: {type(exc).__name__}")
+
+    def _write_until_stopped(self, rng: random.Random) -> None:
         config = self._config
         failures = 0
         while not self._stop.is_set():
             try:
                 self._transaction(rng)
                 failures = 0
-            except DBAPIError as exc:
+            except SQLAlchemyError as exc:  # e.g. PostgreSQL restarting: a new transaction
                 failures += 1
                 self.stats.error(_error_name(exc))
                 low, high = config.retry_seconds
@@ -204,10 +211,10 @@ class Workload:
 def _quiet_rollback(conn: Connection) -> None:
     try:
         conn.rollback()
-    except DBAPIError as exc:  # the connection is gone: nothing to roll back
+    except SQLAlchemyError as exc:  # the connection is gone: nothing to roll back
         log.debug("rollback after a failure failed too: %s", exc)
 
 
-def _error_name(exc: DBAPIError) -> str:
-    orig = exc.orig
+def _error_name(exc: SQLAlchemyError) -> str:
+    orig = exc.orig if isinstance(exc, DBAPIError) else None
     return type(orig).__name__ if orig is not None else type(exc).__name__
