@@ -17,7 +17,7 @@ from sqlalchemy.pool import NullPool
 
 from relay.config import RelaySettings
 from relay.core.partition_relay import PartitionRelay
-from relay.errors import ConfigurationError
+from relay.errors import ConfigurationError, RetriableError
 from relay.failpoints import Failpoints
 from relay.kafka.admin import admin_client, check_broker, ensure_positions_topic
 from relay.kafka.publisher import KafkaTransactionalPublisher
@@ -166,7 +166,14 @@ class ProcessRelay:
             relay.close()
 
     def _follow(self, relay: PartitionRelay) -> DrainResult:
-        relay.start()
+        while True:  # a service outlives a restarting database or broker
+            try:
+                relay.start()
+                break
+            except RetriableError as exc:
+                log.warning("relay partition %d: start-up failed (%s)", relay.partition, exc)
+                if self._clock.wait(self._settings.poll_interval_s * 4, self.stop_event):
+                    return DrainResult(relay.partition, 0, 0, 0)
         records = batches = 0
         while not self.stop_event.is_set():
             result = relay.publish_batch(stop=self.stop_event)

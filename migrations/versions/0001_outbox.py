@@ -11,6 +11,10 @@ values. Writers of one partition therefore receive seq values in commit order, a
 PostgreSQL makes a commit visible before it releases the lock, so a reader that sees
 ``seq = s`` of partition ``p`` already sees every smaller seq of ``p`` (gap-free).
 
+A transaction that writes outbox rows always commits durably (``synchronous_commit`` is
+raised from ``off`` to ``on`` for it): the relay publishes what it sees, and a commit
+that a crash could still take back must never reach Kafka.
+
 Both trigger functions run with the rights of the schema owner (SECURITY DEFINER, fixed
 search_path), so a service role needs nothing but INSERT on ``outbox``.
 """
@@ -143,6 +147,11 @@ def upgrade() -> None:
           PERFORM 1 FROM outbox WHERE id = NEW.id AND seq IS NULL;
           IF NOT FOUND THEN
             RETURN NULL;
+          END IF;
+          -- The relay may publish these rows as soon as they are visible, so their commit
+          -- must be durable first: a crash must not lose a commit Kafka already has.
+          IF current_setting('synchronous_commit') = 'off' THEN
+            PERFORM set_config('synchronous_commit', 'on', true);
           END IF;
           FOR p IN SELECT DISTINCT partition FROM outbox WHERE seq IS NULL ORDER BY 1 LOOP
             PERFORM pg_advisory_xact_lock({ADVISORY_LOCK_CLASS}, p);

@@ -23,7 +23,7 @@ from itertools import groupby
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError
 
 from relay.errors import MirrorOffsetConflict, RetriableError
 from relay.mirror.types import (
@@ -37,7 +37,7 @@ from relay.mirror.types import (
     TopicPartitionKey,
     Upsert,
 )
-from relay.postgres.database import translate
+from relay.postgres.database import is_transient, translate
 from relay.secrets import Secret, mask_text
 
 _metadata = sa.MetaData()
@@ -238,7 +238,7 @@ class _Translating:
     def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
         if isinstance(exc, DBAPIError):
             error = translate(exc, self._url, self._doing)
-            if _transient(exc):
+            if is_transient(exc):
                 raise RetriableError(str(error)) from None
             raise error from None
 
@@ -273,18 +273,6 @@ def _deletes(ops: Sequence[Op]) -> Iterator[Delete]:
 
 # Connection exceptions, transaction rollbacks (serialization failure, deadlock), operator
 # intervention (shutdown, idle-in-transaction timeout), insufficient resources.
-_TRANSIENT_SQLSTATES = ("08", "40", "53", "57P", "25P03")
-
-
-def _transient(exc: DBAPIError) -> bool:
-    sqlstate = str(getattr(exc.orig, "sqlstate", None) or "")
-    return (
-        isinstance(exc, OperationalError | InterfaceError)
-        or exc.connection_invalidated
-        or sqlstate.startswith(_TRANSIENT_SQLSTATES)
-    )
-
-
 def _record_error(exc: DBAPIError) -> bool:
     """A constraint or data error: the record's fault, not the database's."""
     sqlstate = str(getattr(exc.orig, "sqlstate", None) or "")

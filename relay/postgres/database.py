@@ -7,9 +7,9 @@ from contextlib import contextmanager
 
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 
-from relay.errors import DatabaseError, DatabaseUnreachableError
+from relay.errors import DatabaseError, DatabaseUnreachableError, RetriableError
 from relay.secrets import Secret, mask_text, mask_url
 
 
@@ -43,9 +43,29 @@ def _password(url: Secret) -> tuple[str, ...]:
     return (str(password),) if password else ()
 
 
+# Connection loss, transaction rollback (serialization, deadlock), insufficient
+# resources, operator intervention (server restarting), idle-in-transaction timeout.
+_TRANSIENT_SQLSTATES = ("08", "40", "53", "57P", "25P03")
+
+
+def is_transient(exc: DBAPIError) -> bool:
+    """True when the same statement may succeed if tried again (e.g. after a restart)."""
+    sqlstate = str(getattr(exc.orig, "sqlstate", None) or "")
+    return (
+        isinstance(exc, OperationalError | InterfaceError)
+        or exc.connection_invalidated
+        or sqlstate.startswith(_TRANSIENT_SQLSTATES)
+    )
+
+
 @contextmanager
-def database_errors(url: Secret, doing: str) -> Iterator[None]:
+def database_errors(url: Secret, doing: str, retriable: bool = False) -> Iterator[None]:
+    """Driver errors as relay errors; with ``retriable``, transient ones (a restarting
+    server, a lost connection) become RetriableError so the caller's retry policy applies."""
     try:
         yield
-    except (DBAPIError, OperationalError) as exc:
-        raise translate(exc, url, doing) from None
+    except DBAPIError as exc:
+        error = translate(exc, url, doing)
+        if retriable and is_transient(exc):
+            raise RetriableError(str(error)) from None
+        raise error from None

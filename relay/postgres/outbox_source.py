@@ -47,7 +47,10 @@ class PostgresOutboxSource:
         self._url = url
 
     def high_water(self, partition: int) -> int:
-        with database_errors(self._url, "reading the outbox"), self._engine.connect() as conn:
+        with (
+            database_errors(self._url, "reading the outbox", retriable=True),
+            self._engine.connect() as conn,
+        ):
             return int(conn.execute(_HIGH_WATER, {"partition": partition}).scalar_one())
 
     def fetch(
@@ -59,7 +62,10 @@ class PostgresOutboxSource:
             "up_to": _MAX_SEQ if up_to_seq is None else up_to_seq,
             "limit": limit,
         }
-        with database_errors(self._url, "reading the outbox"), self._engine.connect() as conn:
+        with (
+            database_errors(self._url, "reading the outbox", retriable=True),
+            self._engine.connect() as conn,
+        ):
             rows = conn.execute(_FETCH, params).all()
         return [
             OutboxRecord(
@@ -76,13 +82,16 @@ class PostgresOutboxSource:
         ]
 
     def last_assigned_seq(self) -> int:
-        with database_errors(self._url, "reading outbox_seq"), self._engine.connect() as conn:
+        with (
+            database_errors(self._url, "reading outbox_seq", retriable=True),
+            self._engine.connect() as conn,
+        ):
             return int(conn.execute(_LAST_ASSIGNED).scalar_one())
 
     def dead_letter(self, partition: int, outbox_ids: Sequence[int], error: str) -> int:
         params = {"partition": partition, "ids": list(outbox_ids), "error": error}
         with (
-            database_errors(self._url, "moving rows to outbox_dead_letters"),
+            database_errors(self._url, "moving rows to outbox_dead_letters", retriable=True),
             self._engine.begin() as conn,
         ):
             result = conn.execute(_DEAD_LETTER, params)
@@ -93,7 +102,7 @@ class PostgresOutboxSource:
             return 0
         params = {"partition": partition, "up_to": up_to_seq}
         with (
-            database_errors(self._url, "deleting published outbox rows"),
+            database_errors(self._url, "deleting published outbox rows", retriable=True),
             self._engine.begin() as conn,
         ):
             result = conn.execute(_DELETE, params)

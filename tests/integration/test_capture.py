@@ -91,3 +91,20 @@ def test_invalid_events_are_refused_before_anything_is_written(
         relay.publish(conn, topic_name, "k", value)
     engine.dispose()
     assert relay_env.sql("SELECT count(*) FROM outbox") == [(0,)]
+
+
+def test_outbox_transactions_commit_durably_even_with_synchronous_commit_off(
+    relay_env: RelayTestEnv,
+) -> None:
+    """The relay publishes what it can see; a commit a crash could take back must not be
+    visible to it. The commit-time trigger raises synchronous_commit for the transaction."""
+    engine = sa.create_engine(relay_env.database_url, poolclass=NullPool)
+    with engine.begin() as conn:
+        conn.execute(sa.text("SET LOCAL synchronous_commit = off"))
+        relay.publish(conn, "t", "k", {"n": 1})
+        conn.execute(sa.text("SET CONSTRAINTS ALL IMMEDIATE"))  # fire the commit trigger now
+        assert conn.execute(sa.text("SHOW synchronous_commit")).scalar_one() == "on"
+    with engine.begin() as conn:  # a transaction without outbox rows keeps its setting
+        conn.execute(sa.text("SET LOCAL synchronous_commit = off"))
+        assert conn.execute(sa.text("SHOW synchronous_commit")).scalar_one() == "off"
+    engine.dispose()

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import signal
+import subprocess
 from pathlib import Path
 
+import pytest
+
+from relay import devenv
 from tests.integration.support import (
+    PROJECT_ROOT,
     RelayTestEnv,
     assert_exactly_once_in_order,
     is_stopped,
     read_committed,
+    relay_command,
     run_relay,
     start_relay,
     wait_until,
@@ -43,4 +49,42 @@ def test_paused_relay_is_fenced_by_a_new_instance_and_publishes_nothing_twice(
     assert zombie.returncode == 5, stderr
     assert "another relay instance took over this partition" in stderr
 
+    assert_exactly_once_in_order(read_committed(relay_env.bootstrap_servers, topic), committed)
+
+
+def test_a_running_relay_outlives_a_postgresql_restart(
+    relay_env: RelayTestEnv, topic: str, tmp_path: Path, devenv_workdir: Path | None
+) -> None:
+    """`relay run` keeps going through an immediate-mode PostgreSQL restart: the batch in
+    flight is retried, nothing is lost or published twice."""
+    if devenv_workdir is None:
+        pytest.skip("restarts the local development PostgreSQL server")
+    write_events(relay_env.database_url, topic, 300)
+    log = tmp_path / "relay.log"
+    with log.open("w") as stderr:
+        service = subprocess.Popen(
+            relay_command("run", "--batch-size", "50", "--no-cleanup"),
+            env=relay_env.env(),
+            cwd=PROJECT_ROOT,
+            stderr=stderr,
+        )
+        try:
+            wait_until(lambda: "published seq" in log.read_text(), 60, "a first batch")
+            devenv.restart_postgres(devenv_workdir, mode="immediate")
+            committed = write_events(relay_env.database_url, topic, 300)  # all 600 rows
+            try:
+                wait_until(
+                    lambda: (
+                        len(read_committed(relay_env.bootstrap_servers, topic)) >= len(committed)
+                    ),
+                    90,
+                    "the relay to publish everything after the restart",
+                )
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\n{log.read_text()[-4000:]}") from None
+            assert service.poll() is None, log.read_text()[-3000:]
+        finally:
+            service.terminate()
+            service.wait(60)
+    assert service.returncode == 0, log.read_text()[-3000:]
     assert_exactly_once_in_order(read_committed(relay_env.bootstrap_servers, topic), committed)
