@@ -75,7 +75,8 @@ def test_a_running_relay_outlives_a_postgresql_restart(
             try:
                 wait_until(
                     lambda: (
-                        len(read_committed(relay_env.bootstrap_servers, topic)) >= len(committed)
+                        service.poll() is not None  # the relay died: reported below
+                        or len(read_committed(relay_env.bootstrap_servers, topic)) >= len(committed)
                     ),
                     90,
                     "the relay to publish everything after the restart",
