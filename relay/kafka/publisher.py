@@ -66,6 +66,7 @@ class KafkaTransactionalPublisher:
         self._partition = partition
         self._timeout = max(settings.kafka.request_timeout_s, 30.0)
         self._delivery_error: LibKafkaError | None = None
+        self._fenced = False
         base = settings.kafka.client_config()
         self._batch_bytes = int(base.get("batch.size", _LIBRDKAFKA_BATCH_SIZE))
         try:
@@ -98,10 +99,14 @@ class KafkaTransactionalPublisher:
         )
 
     def fence(self) -> int:
-        try:
-            self._producer.init_transactions(self._timeout)
-        except KafkaException as exc:
-            raise translate(exc, "init_transactions", self._partition) from None
+        # A producer initialises its transactions once; a retried start-up (e.g. after a
+        # database error) still owns the partition and only reads the position again.
+        if not self._fenced:
+            try:
+                self._producer.init_transactions(self._timeout)
+            except KafkaException as exc:
+                raise translate(exc, "init_transactions", self._partition) from None
+            self._fenced = True
         try:
             committed = self._positions.committed([self._position_tp], timeout=self._timeout)
         except KafkaException as exc:
