@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
 
 from relay.secrets import mask_text
+
+_DIGITS = re.compile(r"\d+")
 
 
 class RedactingFilter(logging.Filter):
@@ -23,11 +26,41 @@ class RedactingFilter(logging.Filter):
         return True
 
 
+class RepeatFilter(logging.Filter):
+    """Lets one of each repeated librdkafka line through per ``interval`` seconds.
+
+    While a broker is down every client logs each reconnect attempt; one line per
+    interval, with how many were held back, says the same."""
+
+    def __init__(self, prefix: str = "relay.librdkafka", interval: float = 10.0) -> None:
+        super().__init__()
+        self._prefix = prefix
+        self._interval = interval
+        self._seen: dict[str, tuple[float, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith(self._prefix):
+            return True
+        shape = _DIGITS.sub("#", record.getMessage())
+        last = self._seen.get(shape)
+        if last is not None and record.created - last[0] < self._interval:
+            self._seen[shape] = (last[0], last[1] + 1)
+            return False
+        held_back = last[1] if last is not None else 0
+        self._seen[shape] = (record.created, 0)
+        if len(self._seen) > 1000:
+            self._seen.clear()
+        if held_back:
+            record.msg, record.args = f"{record.getMessage()} (and {held_back} alike)", None
+        return True
+
+
 def configure(level: str = "INFO", secrets: tuple[str, ...] = ()) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%Y-%m-%dT%H:%M:%S")
     )
+    handler.addFilter(RepeatFilter())
     handler.addFilter(RedactingFilter(secrets))
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -32,3 +32,24 @@ def test_log_filter_masks_urls_in_any_record() -> None:
 def test_partition_of_is_stable_and_spreads_keys() -> None:
     assert partition_of(b"order-42", 8) == partition_of(b"order-42", 8)
     assert len({partition_of(f"k{i}".encode(), 8) for i in range(100)}) == 8
+
+
+def test_repeated_librdkafka_lines_are_held_back() -> None:
+    from relay.logs import RepeatFilter
+
+    def record(name: str, message: str, at: float) -> logging.LogRecord:
+        made = logging.LogRecord(name, logging.ERROR, "f", 1, message, None, None)
+        made.created = at
+        return made
+
+    repeats = RepeatFilter(interval=10)
+    shown = [
+        repeats.filter(record("relay.librdkafka", f"connect to 127.0.0.1:{9000 + n} refused", n))
+        for n in range(12)
+    ]
+    assert shown == [True] + [False] * 9 + [True, False]
+    assert repeats.filter(record("relay.core", "same line", 1))
+    assert repeats.filter(record("relay.core", "same line", 1))
+    late = record("relay.librdkafka", "connect to 127.0.0.1:1 refused", 30)
+    assert repeats.filter(late)
+    assert late.getMessage().endswith("(and 1 alike)")
