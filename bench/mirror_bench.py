@@ -1,6 +1,6 @@
 """Throughput of applying a Kafka backlog: `relay mirror --once` vs the Spark job.
 
-    .venv/bin/python bench/mirror_bench.py [--records 100000] [--partitions 6]
+    .venv/bin/python -m bench.mirror_bench [--records 100000] [--partitions 6]
 
 One topic holds the backlog (transactions of 1000 records over 1000 keys, with the
 headers the outbox relay sets); each run applies all of it into a fresh database of its
@@ -26,10 +26,8 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from relay.postgres import migrations
-from relay.secrets import Secret
+from bench.common import ROOT, endpoints, fresh_database, write_results
 
-ROOT = Path(__file__).resolve().parents[1]
 TABLE_DDL = """
 CREATE TABLE bench_customers (
     customer text PRIMARY KEY, n bigint NOT NULL, pad text NOT NULL, source_seq bigint NOT NULL)
@@ -42,17 +40,6 @@ key = {{ column = "customer" }}
 version = {{ column = "source_seq", source = "header:outbox-seq" }}
 columns = {{ n = "n", pad = "pad" }}
 """
-
-
-def endpoints() -> tuple[str, str]:
-    url = os.environ.get("RELAY_DATABASE_URL")
-    bootstrap = os.environ.get("RELAY_KAFKA_BOOTSTRAP_SERVERS")
-    if url and bootstrap:
-        return url, bootstrap
-    from relay import devenv
-
-    found = devenv.up()
-    return found.admin_database_url, found.bootstrap_servers
 
 
 def fill_topic(bootstrap: str, topic: str, records: int) -> float:
@@ -70,7 +57,10 @@ def fill_topic(bootstrap: str, topic: str, records: int) -> float:
         producer.begin_transaction()
         for n in range(start, min(records, start + 1000)):
             value = json.dumps({"n": n, "pad": "x" * 100}).encode()
-            headers = [("outbox-seq", str(n + 1).encode()), ("event-type", b"CustomerChanged")]
+            headers: list[tuple[str, str | bytes | None]] = [
+                ("outbox-seq", str(n + 1).encode()),
+                ("event-type", b"CustomerChanged"),
+            ]
             while True:
                 try:
                     producer.produce(topic, value, f"customer-{n % 1000}", headers=headers)
@@ -81,23 +71,9 @@ def fill_topic(bootstrap: str, topic: str, records: int) -> float:
     return time.monotonic() - started
 
 
-def fresh_database(admin_url: str, name: str) -> str:
-    engine = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    engine.dispose()
-    url = sa.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    migrations.upgrade(Secret(url))
-    engine = sa.create_engine(url)
-    with engine.begin() as conn:
-        conn.execute(sa.text(TABLE_DDL))
-    engine.dispose()
-    return url
-
-
 def run(kind: str, admin_url: str, bootstrap: str, topic: str, records: int) -> dict[str, object]:
     run_id = uuid.uuid4().hex[:8]
-    url = fresh_database(admin_url, f"bench_mirror_{kind}_{run_id}")
+    url = fresh_database(admin_url, f"bench_mirror_{kind}_{run_id}", TABLE_DDL)
     with tempfile.TemporaryDirectory() as scratch:
         mapping = Path(scratch) / "mirror.toml"
         mapping.write_text(MAPPING.format(topic=topic))
@@ -154,9 +130,7 @@ def main() -> int:
         print(json.dumps(r))
     ratio = results[0]["records_per_s"] / results[1]["records_per_s"]  # type: ignore[operator]
     print(f"relay mirror --once is {ratio:.2f}x the Spark job's records/s on this backlog")
-    out = ROOT / "bench" / "results"
-    out.mkdir(exist_ok=True)
-    (out / f"mirror_bench_{int(time.time())}.json").write_text(json.dumps(results, indent=2))
+    write_results("mirror_bench", results)
     return 0
 
 

@@ -1,6 +1,6 @@
 """Throughput of draining an outbox backlog: `relay run --once` vs the Spark job.
 
-    .venv/bin/python bench/relay_throughput.py [--rows 100000] [--partitions 8]
+    .venv/bin/python -m bench.relay_throughput [--rows 100000] [--partitions 8]
 
 Both runs drain the same backlog (same rows, same relay partitions, one fresh database
 and topic each) side by side in one invocation, against the servers of `relay dev up`
@@ -17,7 +17,6 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import sqlalchemy as sa
 from confluent_kafka import Consumer, TopicPartition
@@ -25,35 +24,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 import relay
-from relay.postgres import migrations
-from relay.secrets import Secret
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def endpoints() -> tuple[str, str]:
-    url = os.environ.get("RELAY_DATABASE_URL")
-    bootstrap = os.environ.get("RELAY_KAFKA_BOOTSTRAP_SERVERS")
-    if url and bootstrap:
-        return url, bootstrap
-    from relay import devenv
-
-    found = devenv.up()
-    return found.admin_database_url, found.bootstrap_servers
-
-
-def fresh_database(admin_url: str, name: str, partitions: int) -> str:
-    engine = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    engine.dispose()
-    url = sa.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    migrations.upgrade(Secret(url))
-    engine = sa.create_engine(url)
-    with engine.begin() as conn:
-        conn.execute(sa.text("UPDATE outbox_settings SET partitions = :n"), {"n": partitions})
-    engine.dispose()
-    return url
+from bench.common import ROOT, endpoints, fresh_database, write_results
 
 
 def fill(url: str, topic: str, rows: int) -> float:
@@ -93,7 +64,11 @@ def run(kind: str, admin_url: str, bootstrap: str, rows: int, partitions: int) -
     topic = f"bench-{kind}-{run_id}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, num_partitions=6, replication_factor=1)])[topic].result(30)
-    url = fresh_database(admin_url, f"bench_{kind}_{run_id}", partitions)
+    url = fresh_database(
+        admin_url,
+        f"bench_{kind}_{run_id}",
+        f"UPDATE outbox_settings SET partitions = {int(partitions)}",
+    )
     fill_s = fill(url, topic, rows)
     env = {
         **os.environ,
@@ -137,9 +112,7 @@ def main() -> int:
         print(json.dumps(results[-1]), flush=True)
     ratio = results[0]["rows_per_s"] / results[1]["rows_per_s"]  # type: ignore[operator]
     print(f"relay run --once is {ratio:.2f}x the Spark job's rows/s on this backlog")
-    out = ROOT / "bench" / "results"
-    out.mkdir(exist_ok=True)
-    (out / f"relay_throughput_{int(time.time())}.json").write_text(json.dumps(results, indent=2))
+    write_results("relay_throughput", results)
     return 0
 
 

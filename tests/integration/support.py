@@ -88,6 +88,21 @@ def run_relay(
     )
 
 
+def run_job(
+    script: str, env: Mapping[str, str], *args: str, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """Run ``jobs/<script>`` (a Spark job) to completion with ``env``."""
+    return subprocess.run(
+        [sys.executable, str(PROJECT_ROOT / "jobs" / script), *args],
+        env=dict(env),
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 def start_relay(env: RelayTestEnv, *args: str, **extra_env: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         relay_command(*args),

@@ -5,10 +5,10 @@ Spark and continues from the stored offset; a scheduled rerun applies only what 
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.integration import support
 from tests.integration.mirror_support import (
     MirrorEnv,
     TxProducer,
@@ -21,21 +21,10 @@ from tests.integration.mirror_support import (
     last_stable_offsets,
     mirror_env,
 )
-from tests.integration.support import PROJECT_ROOT
-
-JOB = PROJECT_ROOT / "jobs" / "mirror.py"
 
 
 def run_job(env: MirrorEnv, *args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(JOB), *args],
-        env=env.env(**extra_env),
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return support.run_job("mirror.py", env.env(**extra_env), *args)
 
 
 def test_spark_job_applies_each_record_exactly_once_and_reruns_apply_only_new_ones(

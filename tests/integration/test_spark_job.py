@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.integration import support
 from tests.integration.support import (
     PROJECT_ROOT,
     RelayTestEnv,
@@ -23,15 +24,7 @@ JOB = PROJECT_ROOT / "jobs" / "outbox_relay.py"
 
 
 def run_job(env: RelayTestEnv, *args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(JOB), *args],
-        env=env.env(**extra_env),
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return support.run_job("outbox_relay.py", env.env(**extra_env), *args)
 
 
 def test_spark_job_publishes_four_relay_partitions_exactly_once(
