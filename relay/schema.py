@@ -1,4 +1,5 @@
-"""SQLAlchemy descriptions of the relay's tables (created by the Alembic migrations)."""
+"""SQLAlchemy descriptions of the relay's own tables: outbox and mirror bookkeeping
+(created by the Alembic migrations, which stay frozen copies)."""
 
 from __future__ import annotations
 
@@ -26,4 +27,27 @@ outbox_settings = sa.Table(
     metadata,
     sa.Column("singleton", sa.Boolean, primary_key=True),
     sa.Column("partitions", sa.Integer, nullable=False),
+)
+
+mirror_offsets = sa.Table(
+    "mirror_offsets",
+    metadata,
+    sa.Column("consumer_group", sa.Text, primary_key=True),
+    sa.Column("topic", sa.Text, primary_key=True),
+    sa.Column("partition", sa.Integer, primary_key=True),
+    sa.Column("next_offset", sa.BigInteger, nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)
+mirror_dead_letters = sa.Table(
+    "mirror_dead_letters",
+    metadata,
+    sa.Column("id", sa.BigInteger, primary_key=True),
+    sa.Column("consumer_group", sa.Text, nullable=False),
+    sa.Column("topic", sa.Text, nullable=False),
+    sa.Column("partition", sa.Integer, nullable=False),
+    sa.Column("offset", sa.BigInteger, nullable=False),
+    sa.Column("key", postgresql.BYTEA),
+    sa.Column("value", postgresql.BYTEA),
+    sa.Column("headers", postgresql.JSONB, nullable=False),
+    sa.Column("error", sa.Text, nullable=False),
 )

@@ -38,31 +38,8 @@ from relay.mirror.types import (
     Upsert,
 )
 from relay.postgres.database import is_transient, translate
+from relay.schema import mirror_dead_letters, mirror_offsets
 from relay.secrets import Secret, mask_text
-
-_metadata = sa.MetaData()
-mirror_offsets = sa.Table(
-    "mirror_offsets",
-    _metadata,
-    sa.Column("consumer_group", sa.Text, primary_key=True),
-    sa.Column("topic", sa.Text, primary_key=True),
-    sa.Column("partition", sa.Integer, primary_key=True),
-    sa.Column("next_offset", sa.BigInteger, nullable=False),
-    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
-)
-mirror_dead_letters = sa.Table(
-    "mirror_dead_letters",
-    _metadata,
-    sa.Column("id", sa.BigInteger, primary_key=True),
-    sa.Column("consumer_group", sa.Text, nullable=False),
-    sa.Column("topic", sa.Text, nullable=False),
-    sa.Column("partition", sa.Integer, nullable=False),
-    sa.Column("offset", sa.BigInteger, nullable=False),
-    sa.Column("key", postgresql.BYTEA),
-    sa.Column("value", postgresql.BYTEA),
-    sa.Column("headers", postgresql.JSONB, nullable=False),
-    sa.Column("error", sa.Text, nullable=False),
-)
 
 _SELECT_OFFSETS = sa.text(
     "SELECT topic, partition, next_offset FROM mirror_offsets "
