@@ -239,10 +239,22 @@ def sasl_port(workdir: Path) -> int | None:
     return None
 
 
-def format_storage(workdir: Path, props: Path, timeout: float) -> None:
+def new_cluster_id() -> str:
+    """A random KRaft cluster id: a URL-safe base64 UUID that, like Kafka's own
+    ``Uuid.randomUuid()``, never starts with ``-`` (command lines would read it as an option)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
+def format_storage(
+    workdir: Path, props: Path, timeout: float, cluster_id: str | None = None
+) -> None:
+    """Format the broker's storage once (kept if ``meta.properties`` exists)."""
     if (kafka_dir(workdir) / "data" / "meta.properties").is_file():
         return
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    cluster_id = cluster_id or new_cluster_id()
     log.info("formatting Kafka storage (cluster id %s)", cluster_id)
     kdir = kafka_dir(workdir)
     argv = [
@@ -255,10 +267,8 @@ def format_storage(workdir: Path, props: Path, timeout: float) -> None:
         "kafka.tools.StorageTool",
         "format",
         "--ignore-formatted",
-        "-t",
-        cluster_id,
-        "-c",
-        str(props),
+        f"--cluster-id={cluster_id}",
+        f"--config={props}",
     ]
     try:
         res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)

@@ -98,6 +98,27 @@ def test_outdated_broker_configuration_is_detected(tmp_path: Path) -> None:
     assert not kafka_setup.properties_current(tmp_path / "missing", ports)
 
 
+def test_cluster_ids_never_look_like_options() -> None:
+    assert not any(kafka_setup.new_cluster_id().startswith("-") for _ in range(2000))
+
+
+def test_storage_formats_with_a_cluster_id_that_starts_with_a_dash(
+    local_workdir: Path, tmp_path: Path
+) -> None:
+    """A random base64 id starts with ``-`` one time in 64; the StorageTool call must still
+    read it as the id, not as an option."""
+    (tmp_path / "kafka").mkdir()
+    kafka_setup.libs_dir(tmp_path).symlink_to(kafka_setup.libs_dir(local_workdir))
+    ports = devenv.Ports(postgres=1, kafka=2, kafka_controller=3, kafka_sasl=4)
+    props = kafka_setup.write_properties(tmp_path, ports)
+    cluster_id = "-0nV_g71SxCBsjcrQw56lw"
+
+    kafka_setup.format_storage(tmp_path, props, timeout=120, cluster_id=cluster_id)
+
+    meta = (kafka_setup.kafka_dir(tmp_path) / "data" / "meta.properties").read_text()
+    assert f"cluster.id={cluster_id}" in meta
+
+
 def test_postgres_accepts_connections(database_url: str) -> None:
     engine = create_engine(database_url, poolclass=NullPool)
     try:
