@@ -1,7 +1,7 @@
 """Mirrored table for the demo's orders (an Alembic revision to copy, see docs/mirror.md).
 
 Revision ID: 0003_orders_mirror
-Revises: 0002_mirror
+Revises: 0003_mirror
 Create Date: 2026-11-22
 
 To mirror into your own database, copy this file to ``migrations/versions/`` and run
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0003_orders_mirror"
-down_revision: str | None = "0002_mirror"
+down_revision: str | None = "0003_mirror"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

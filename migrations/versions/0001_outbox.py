@@ -10,13 +10,6 @@ partition the transaction wrote to, in partition order, and only then draws ``se
 values. Writers of one partition therefore receive seq values in commit order, and
 PostgreSQL makes a commit visible before it releases the lock, so a reader that sees
 ``seq = s`` of partition ``p`` already sees every smaller seq of ``p`` (gap-free).
-
-A transaction that writes outbox rows always commits durably (``synchronous_commit`` is
-raised from ``off`` to ``on`` for it): the relay publishes what it sees, and a commit
-that a crash could still take back must never reach Kafka.
-
-Both trigger functions run with the rights of the schema owner (SECURITY DEFINER, fixed
-search_path), so a service role needs nothing but INSERT on ``outbox``.
 """
 
 from __future__ import annotations
@@ -77,28 +70,6 @@ def upgrade() -> None:
         ["partition"],
         postgresql_where=sa.text("seq IS NULL"),
     )
-    # Rows Kafka refuses for good (e.g. over the size limit), moved here by the relay with
-    # the error, so nothing is lost silently and an operator can fix and re-publish them.
-    op.create_table(
-        "outbox_dead_letters",
-        sa.Column("id", sa.BigInteger, sa.Identity(always=True), primary_key=True),
-        sa.Column("outbox_id", sa.BigInteger, nullable=False, unique=True),
-        sa.Column("partition", sa.Integer, nullable=False),
-        sa.Column("seq", sa.BigInteger, nullable=False),
-        sa.Column("topic", sa.Text, nullable=False),
-        sa.Column("key", postgresql.BYTEA, nullable=True),
-        sa.Column("value", postgresql.BYTEA, nullable=True),
-        sa.Column("event_type", sa.Text, nullable=True),
-        sa.Column("headers", postgresql.JSONB, nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("error", sa.Text, nullable=False),
-        sa.Column(
-            "dead_lettered_at",
-            sa.DateTime(timezone=True),
-            nullable=False,
-            server_default=sa.text("now()"),
-        ),
-    )
     # Partition of a key: the first 28 bits of sha256(key), modulo the partition count.
     # relay.partitioning.partition_of() computes the same in Python.
     op.execute(
@@ -111,8 +82,7 @@ def upgrade() -> None:
     )
     op.execute(
         """
-        CREATE FUNCTION outbox_assign_partition() RETURNS trigger LANGUAGE plpgsql
-        SECURITY DEFINER SET search_path FROM CURRENT AS $$
+        CREATE FUNCTION outbox_assign_partition() RETURNS trigger LANGUAGE plpgsql AS $$
         DECLARE
           n integer;
         BEGIN
@@ -136,8 +106,7 @@ def upgrade() -> None:
     )
     op.execute(
         f"""
-        CREATE FUNCTION outbox_sequence_at_commit() RETURNS trigger LANGUAGE plpgsql
-        SECURITY DEFINER SET search_path FROM CURRENT AS $$
+        CREATE FUNCTION outbox_sequence_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
         DECLARE
           p integer;
         BEGIN
@@ -147,11 +116,6 @@ def upgrade() -> None:
           PERFORM 1 FROM outbox WHERE id = NEW.id AND seq IS NULL;
           IF NOT FOUND THEN
             RETURN NULL;
-          END IF;
-          -- The relay may publish these rows as soon as they are visible, so their commit
-          -- must be durable first: a crash must not lose a commit Kafka already has.
-          IF current_setting('synchronous_commit') = 'off' THEN
-            PERFORM set_config('synchronous_commit', 'on', true);
           END IF;
           FOR p IN SELECT DISTINCT partition FROM outbox WHERE seq IS NULL ORDER BY 1 LOOP
             PERFORM pg_advisory_xact_lock({ADVISORY_LOCK_CLASS}, p);
@@ -179,7 +143,6 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.execute("DROP TRIGGER IF EXISTS outbox_sequence_at_commit ON outbox")
     op.execute("DROP TRIGGER IF EXISTS outbox_assign_partition ON outbox")
-    op.drop_table("outbox_dead_letters")
     op.drop_table("outbox")
     op.execute("DROP FUNCTION IF EXISTS outbox_sequence_at_commit()")
     op.execute("DROP FUNCTION IF EXISTS outbox_assign_partition()")

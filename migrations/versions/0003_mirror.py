@@ -1,7 +1,7 @@
 """Mirror bookkeeping: stored Kafka offsets and dead letters.
 
-Revision ID: 0002_mirror
-Revises: 0001_outbox
+Revision ID: 0003_mirror
+Revises: 0002_outbox_safety
 Create Date: 2026-11-22
 
 ``mirror_offsets`` is the only record of how far a mirror consumer group has applied
@@ -21,8 +21,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision: str = "0002_mirror"
-down_revision: str | None = "0001_outbox"
+revision: str = "0003_mirror"
+down_revision: str | None = "0002_outbox_safety"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
