@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -42,6 +43,24 @@ class Deadline:
 
     def expired(self) -> bool:
         return self.remaining() <= 0.0
+
+
+def wait_until(
+    cond: Callable[[], bool],
+    timeout: float,
+    *,
+    clock: Clock | None = None,
+    interval: float = 0.1,
+) -> bool:
+    """Poll ``cond`` every ``interval`` seconds until it is true (returns True) or
+    ``timeout`` seconds have passed (False). ``cond`` is checked at least once."""
+    clock = clock or SystemClock()
+    deadline = Deadline(timeout, clock)
+    while not cond():
+        if deadline.expired():
+            return False
+        clock.wait(interval)
+    return True
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 EXAMPLES = 5
 
@@ -93,18 +93,7 @@ class CheckResult:
         merged = dict(self.examples)
         if examples:
             merged["mirror_mismatch"] = examples
-        return CheckResult(
-            self.events,
-            self.ledger,
-            self.lost,
-            self.duplicated,
-            self.out_of_order,
-            self.aborted_visible,
-            self.corrupted,
-            mismatch,
-            rows,
-            merged,
-        )
+        return replace(self, mirror_mismatch=mismatch, mirror_rows=rows, examples=merged)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 
 from relay.chaos.processes import (
     ManagedProcess,
@@ -19,8 +20,9 @@ from relay.chaos.processes import (
     command_line,
     descendants,
     is_stopped,
+    process_tree,
 )
-from relay.timing import Clock
+from relay.timing import Clock, wait_until
 
 
 class FaultKind(StrEnum):
@@ -83,12 +85,7 @@ class FaultContext:
     target_timeout_s: float = 30.0
 
     def wait(self, condition: Callable[[], bool], timeout: float) -> bool:
-        deadline = self.clock.monotonic() + timeout
-        while not condition():
-            if self.clock.monotonic() > deadline:
-                return False
-            self.clock.wait(0.1)
-        return True
+        return wait_until(condition, timeout, clock=self.clock)
 
     def running(self, slot: str, timeout: float | None = None) -> ManagedProcess:
         found: list[ManagedProcess] = []
@@ -130,10 +127,11 @@ def kill9_spark(ctx: FaultContext) -> Outcome:
             break
     else:
         raise FaultSkipped("no Spark job was caught with its tasks at work (4 tries)")
+    tree = process_tree()
     workers = [
         pid
-        for pid in descendants(job.pid)
-        if "pyspark.daemon" in command_line(pid) and descendants(pid) == []
+        for pid in descendants(job.pid, tree)
+        if "pyspark.daemon" in command_line(pid) and not tree.get(pid)
     ]
     if workers and ctx.rng.random() < 0.5:
         worker = ctx.rng.choice(workers)
@@ -148,7 +146,8 @@ def _job_at_work(ctx: FaultContext, slot: str) -> ManagedProcess | None:
     marker = ctx.spark_jobs[slot]
     ctx.supervisor.start_now(slot)
     job = ctx.running(slot, timeout=60.0)
-    if not ctx.wait(lambda: not job.alive or marker in job.output(), 90.0):
+    shown = _Appears(_LogReader(job.log_path), marker)
+    if not ctx.wait(lambda: not job.alive or shown(), 90.0):
         raise FaultSkipped(f"{slot} job pid {job.pid} never started a task")
     return job if job.alive else None
 
@@ -188,9 +187,8 @@ def pause_relay(ctx: FaultContext) -> Outcome:
         old.signal_group(signal.SIGCONT)
         raise FaultSkipped(f"relay pid {old.pid} exited before it could be replaced")
     _, new = replaced
-    took_over = ctx.wait(
-        lambda: _fenced_partitions(new) >= ctx.relay_partitions or not new.alive, 60.0
-    )
+    fenced = _FencedPartitions(_LogReader(new.log_path))
+    took_over = ctx.wait(lambda: fenced() >= ctx.relay_partitions or not new.alive, 60.0)
     old.signal_group(signal.SIGCONT)
     state = "took over every partition" if took_over and new.alive else "did NOT take over"
     return Outcome(
@@ -204,16 +202,10 @@ def pause_mirror(ctx: FaultContext) -> Outcome:
     slot = ctx.rng.choice(list(ctx.mirror_slots))
     old = ctx.running(slot)
     others = [ctx.supervisor.running(name) for name in ctx.mirror_slots if name != slot]
-    seen = {p.pid: p.output().count("assigned ") for p in others if p is not None}
+    assigned = [_appears_from_now(p.log_path, "assigned ") for p in others if p is not None]
     where = _stop(ctx, old, "inside its database transaction")
     stopped = ctx.clock.monotonic()
-
-    def reassigned() -> bool:
-        return any(
-            p is not None and p.output().count("assigned ") > seen.get(p.pid, 0) for p in others
-        )
-
-    moved = ctx.wait(reassigned, ctx.mirror_pause_s)
+    moved = ctx.wait(lambda: any(appeared() for appeared in assigned), ctx.mirror_pause_s)
     held = ctx.clock.monotonic() - stopped
     old.signal_group(signal.SIGCONT)
     state = "its partitions reassigned" if moved else "no reassignment seen"
@@ -231,15 +223,74 @@ ACTIONS: dict[FaultKind, Callable[[FaultContext], Outcome]] = {
 }
 
 
-def _fenced_partitions(process: ManagedProcess) -> int:
-    text = process.output()
-    return len(
-        {
-            line.split("relay partition ", 1)[1].split(":")[0]
-            for line in text.splitlines()
-            if "fenced, position" in line and "relay partition " in line
-        }
-    )
+class _LogReader:
+    """A process's log file, read incrementally: each read returns the bytes appended
+    since the previous one (rather than the whole file every poll)."""
+
+    def __init__(self, path: Path, offset: int = 0) -> None:
+        self._path = path
+        self._offset = offset
+
+    def read(self) -> bytes:
+        try:
+            with self._path.open("rb") as fh:
+                fh.seek(self._offset)
+                data = fh.read()
+        except OSError:
+            return b""
+        self._offset += len(data)
+        return data
+
+
+class _Appears:
+    """Whether ``text`` occurs in what ``log`` has read so far (once true, stays true)."""
+
+    def __init__(self, log: _LogReader, text: str) -> None:
+        self._log = log
+        self._needle = text.encode()
+        self._carry = b""  # the last len(needle) - 1 bytes: the start of a split needle
+        self._found = False
+
+    def __call__(self) -> bool:
+        if not self._found:
+            data = self._carry + self._log.read()
+            self._found = self._needle in data
+            self._carry = data[max(0, len(data) - len(self._needle) + 1) :]
+        return self._found
+
+
+def _appears_from_now(path: Path, text: str) -> _Appears:
+    """Whether ``text`` newly occurs in the log at ``path``: not already complete in it
+    now (an occurrence still being written counts)."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        size = 0
+    start = max(0, size - len(text.encode()) + 1)
+    return _Appears(_LogReader(path, start), text)
+
+
+class _FencedPartitions:
+    """How many relay partitions the log of a relay shows fenced: complete lines are
+    parsed once, the last (incomplete) line at every call."""
+
+    def __init__(self, log: _LogReader) -> None:
+        self._log = log
+        self._fenced: set[str] = set()
+        self._partial = b""
+
+    def __call__(self) -> int:
+        complete, _, self._partial = (self._partial + self._log.read()).rpartition(b"\n")
+        self._fenced |= _fenced_in(complete)
+        return len(self._fenced | _fenced_in(self._partial))
+
+
+def _fenced_in(data: bytes) -> set[str]:
+    return {
+        line.split("relay partition ", 1)[1].split(":")[0]
+        for line in data.decode(errors="replace").splitlines()
+        if "fenced, position" in line and "relay partition " in line
+    }
 
 
 def _stopped_or_gone(process: ManagedProcess) -> bool:

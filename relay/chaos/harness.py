@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import random
 import shutil
-import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -228,8 +227,7 @@ class ChaosRun:
             mirror_pause_s=config.mirror_pause_s,
         )
         deadline = self._clock.monotonic() + config.duration_limit_s
-        stop = threading.Event()
-        FaultInjector(plan, ctx, log_file, gap_s=config.gap_s, deadline=deadline, stop=stop).run()
+        FaultInjector(plan, ctx, log_file, gap_s=config.gap_s, deadline=deadline).run()
 
 
 def _restart(restart: Callable[..., str], workdir: Path, how: object) -> None:

@@ -66,7 +66,7 @@ class FaultInjector:
         *,
         gap_s: tuple[float, float],
         deadline: float,
-        stop: threading.Event,
+        stop: threading.Event | None = None,
     ) -> None:
         self._plan = plan
         self._ctx = ctx

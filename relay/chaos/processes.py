@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from relay.devenv.common import process_cmdline, process_stat, process_state
 from relay.timing import Clock
 
 log = logging.getLogger(__name__)
@@ -241,21 +242,24 @@ def _parents() -> dict[int, int]:
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 1:
+        fields = process_stat(int(entry.name))
+        if fields is not None and len(fields) > 1:
             parents[int(entry.name)] = int(fields[1])
     return parents
 
 
-def descendants(pid: int) -> list[int]:
-    """Every live descendant of ``pid`` (from /proc), parents before children."""
+def process_tree() -> dict[int, list[int]]:
+    """``pid -> its children`` of every live process, from one scan of /proc."""
     children: dict[int, list[int]] = {}
     for child, parent in _parents().items():
         children.setdefault(parent, []).append(child)
+    return children
+
+
+def descendants(pid: int, tree: Mapping[int, list[int]] | None = None) -> list[int]:
+    """Every live descendant of ``pid`` (from /proc, or from ``tree``, a
+    :func:`process_tree`), parents before children."""
+    children = process_tree() if tree is None else tree
     found: list[int] = []
     queue = list(children.get(pid, ()))
     while queue:
@@ -266,19 +270,12 @@ def descendants(pid: int) -> list[int]:
 
 
 def command_line(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
+    return process_cmdline(pid) or ""
 
 
 def is_stopped(pid: int) -> bool:
     """True when ``pid`` is stopped by a signal (state T in /proc)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] in ("T", "t")
+    return process_state(pid) in ("T", "t")
 
 
 def _exit_name(code: int) -> str:

@@ -30,6 +30,7 @@ from relay.chaos.checker import (
 )
 from relay.chaos.workload import ACCOUNTS, LEDGER
 from relay.errors import KafkaError, RelayError
+from relay.timing import Deadline
 
 
 class CheckerError(RelayError):
@@ -54,7 +55,7 @@ def _end_offsets(
 
 
 def wait_until_stable(
-    kafka: KafkaAccess, topic: str, partitions: list[int], deadline: float
+    kafka: KafkaAccess, topic: str, partitions: list[int], deadline: Deadline
 ) -> None:
     """Wait until no transaction is open on ``topic``: the last stable offset of each
     partition equals its high watermark (a killed producer's transaction ends when a
@@ -66,7 +67,7 @@ def wait_until_stable(
         open_partitions = sorted(p for p in partitions if stable[p] < end[p])
         if not open_partitions:
             return
-        if time.monotonic() > deadline:
+        if deadline.expired():
             raise CheckerError(
                 f"{topic} partitions {open_partitions} still have an open transaction"
             )
@@ -77,7 +78,7 @@ def read_topic(kafka: KafkaAccess, topic: str, timeout: float = 120.0) -> list[T
     """Every record of ``topic`` a read_committed consumer sees, from the beginning to
     the end, after waiting for open transactions to end (so that a late commit is not
     reported as lost). Nothing may write to the topic meanwhile."""
-    deadline = time.monotonic() + timeout
+    deadline = Deadline(timeout)
     consumer = Consumer(
         {
             **kafka.config(),
@@ -106,11 +107,11 @@ def read_topic(kafka: KafkaAccess, topic: str, timeout: float = 120.0) -> list[T
 
 
 def _poll_until_eof(
-    consumer: Consumer, pending: set[int], records: list[TopicRecord], deadline: float
+    consumer: Consumer, pending: set[int], records: list[TopicRecord], deadline: Deadline
 ) -> None:
     waiting = set(pending)
     while waiting:
-        if time.monotonic() > deadline:
+        if deadline.expired():
             raise CheckerError(f"partitions {sorted(waiting)} never reached their end")
         msg = consumer.poll(0.5)
         if msg is None:

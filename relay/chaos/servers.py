@@ -16,9 +16,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from relay import devenv
-from relay.devenv.common import LOOPBACK, Ports
-from relay.devenv.kafka_setup import libs_dir
-from relay.devenv.postgres import database_url
+from relay.devenv.common import DEFAULT_DIRNAME, LOOPBACK, Ports, env_workdir
+from relay.devenv.kafka_setup import libs_dir, libs_resolved
 from relay.postgres.migrations import PROJECT_ROOT
 
 log = logging.getLogger(__name__)
@@ -47,24 +46,21 @@ def free_ports(count: int) -> list[int]:
 
 
 def _share_kafka_libs(workdir: Path) -> None:
-    target = libs_dir(workdir)
-    if (target / ".resolved").is_file():
+    if libs_resolved(workdir):
         return
-    candidates = [PROJECT_ROOT / ".relay-dev"]
-    if os.environ.get("RELAY_DEV_DIR"):
-        candidates.insert(0, Path(os.environ["RELAY_DEV_DIR"]))
-    for candidate in candidates:
+    for candidate in (env_workdir(), PROJECT_ROOT / DEFAULT_DIRNAME):
+        if candidate is None or not libs_resolved(candidate):
+            continue
         source = libs_dir(candidate)
-        if (source / ".resolved").is_file():
-            staging = workdir / "kafka-libs.link"
+        staging = workdir / "kafka-libs.link"
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            shutil.copytree(source, staging, copy_function=os.link)
+        except OSError:
             shutil.rmtree(staging, ignore_errors=True)
-            try:
-                shutil.copytree(source, staging, copy_function=os.link)
-            except OSError:
-                shutil.rmtree(staging, ignore_errors=True)
-                shutil.copytree(source, staging)
-            staging.rename(target)
-            return
+            shutil.copytree(source, staging)
+        staging.rename(libs_dir(workdir))
+        return
 
 
 def start_servers(workdir: Path, timeout: float = 120.0) -> ChaosServers:
@@ -76,10 +72,6 @@ def start_servers(workdir: Path, timeout: float = 120.0) -> ChaosServers:
     url = devenv.start_postgres(workdir, port=ports.postgres, timeout=timeout)
     bootstrap = devenv.start_kafka(workdir, ports=ports, timeout=timeout)
     return ChaosServers(workdir, ports, url, bootstrap)
-
-
-def admin_url(servers: ChaosServers) -> str:
-    return database_url(servers.ports.postgres, "postgres")
 
 
 def stop_servers(workdir: Path) -> None:

@@ -23,7 +23,7 @@ from relay.errors import RelayError
 from relay.postgres import migrations
 from relay.postgres.migrations import PROJECT_ROOT
 from relay.secrets import Secret
-from relay.timing import Clock
+from relay.timing import Clock, Deadline
 
 if TYPE_CHECKING:
     from relay.chaos.harness import ChaosConfig
@@ -180,14 +180,14 @@ def _run_until(
     *,
     env: Environment,
     done: Callable[[int], bool],
-    deadline: float,
+    deadline: Deadline,
     clock: Clock,
     log_path: Path,
 ) -> int:
     attempts = 0
     while True:
         attempts += 1
-        remaining = deadline - clock.monotonic()
+        remaining = deadline.remaining()
         if remaining <= 0:
             raise DrainError(f"{' '.join(argv[2:])} did not drain in time; see {log_path}")
         with log_path.open("ab") as out:
@@ -218,7 +218,7 @@ def drain(
     emit: Callable[[str], None],
 ) -> None:
     """Publish and mirror everything that was committed (every process is stopped)."""
-    deadline = clock.monotonic() + config.drain_timeout_s
+    deadline = Deadline(config.drain_timeout_s, clock)
     logs = env.workdir / "logs"
 
     def outbox_empty(code: int) -> bool:

@@ -5,6 +5,8 @@ default ``./.relay-dev``) and returns their :class:`Endpoints`; ``down()`` stops
 ``python -m relay.devenv up|down|status`` does the same from a shell.
 """
 
+from relay.secrets import mask_url
+
 from .common import DevEnvError, Ports, configured_ports, resolve_workdir
 from .env import (
     DevEnvStatus,
@@ -16,7 +18,6 @@ from .env import (
     describe_status,
     down,
     env_file,
-    mask_url,
     status,
     up,
 )

@@ -10,12 +10,14 @@ import signal
 import socket
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
+
+from relay.errors import RelayError
+from relay.timing import wait_until
 
 log = logging.getLogger("relay.devenv")
 
@@ -35,16 +37,24 @@ DEFAULT_CONTROLLER_PORT = 59093
 DEFAULT_KAFKA_SASL_PORT = 59094
 
 
-class DevEnvError(RuntimeError):
-    """A development server could not be set up, started, reached or stopped."""
+class DevEnvError(RelayError, RuntimeError):
+    """A development server could not be set up, started, reached or stopped.
+
+    A RelayError, so that the CLI prints one line (exit code 1), not a traceback; still a
+    RuntimeError for callers that catch that."""
+
+
+def env_workdir() -> Path | None:
+    """``$RELAY_DEV_DIR`` as given (None when unset or empty)."""
+    env = os.environ.get(ENV_DIR)
+    return Path(env) if env else None
 
 
 def resolve_workdir(workdir: Path | str | None = None) -> Path:
     """Absolute path of the working directory: the argument, else ``$RELAY_DEV_DIR``,
     else ``.relay-dev`` under the current directory."""
     if workdir is None:
-        env = os.environ.get(ENV_DIR)
-        workdir = Path(env) if env else Path.cwd() / DEFAULT_DIRNAME
+        workdir = env_workdir() or Path.cwd() / DEFAULT_DIRNAME
     return Path(workdir).expanduser().absolute()
 
 
@@ -180,12 +190,23 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
+    return process_state(pid) not in ("Z", "X")
+
+
+def process_stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state, ppid, ...), or
+    None where it cannot be read."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return True
-    fields = stat.rsplit(")", 1)[-1].split()
-    return not fields or fields[0] not in ("Z", "X")
+        return None
+    return stat.rsplit(")", 1)[-1].split()
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter of ``pid`` in /proc (R, S, T, Z, ...), or None where unknown."""
+    fields = process_stat(pid)
+    return fields[0] if fields else None
 
 
 def process_cmdline(pid: int) -> str | None:
@@ -229,13 +250,7 @@ def read_pid(path: Path) -> int | None:
 
 def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:
     """Poll ``predicate`` until it is true (returns True) or ``timeout`` expires (False)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if predicate():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(interval)
+    return wait_until(predicate, timeout, interval=interval)
 
 
 def port_open(port: int, host: str = LOOPBACK, timeout: float = 0.5) -> bool:

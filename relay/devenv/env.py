@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from relay.secrets import mask_url
 
 from . import kafka, postgres
 from .common import (
@@ -17,7 +18,7 @@ from .common import (
     resolve_workdir,
     workdir_lock,
 )
-from .kafka_setup import SASL_PASSWORD, SASL_USERNAME
+from .kafka_setup import SASL_LISTENER, SASL_MECHANISM, SASL_PASSWORD, SASL_USERNAME
 
 log = logging.getLogger("relay.devenv")
 
@@ -35,8 +36,8 @@ class SaslEndpoint:
     def properties(self) -> dict[str, str]:
         """librdkafka properties (without ``bootstrap.servers``) that log in here."""
         return {
-            "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": "PLAIN",
+            "security.protocol": SASL_LISTENER,
+            "sasl.mechanism": SASL_MECHANISM,
             "sasl.username": self.username,
             "sasl.password": self.password,
         }
@@ -77,10 +78,6 @@ class ServiceStatus:
     pid: int | None
     address: str
     answering: bool
-
-    @property
-    def running(self) -> bool:
-        return self.pid is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,11 +231,6 @@ def status(workdir: Path | None = None) -> DevEnvStatus:
 
 
 # --- human-readable output (returned as strings; the CLI prints them) ------------------------
-
-
-def mask_url(url: str) -> str:
-    """``url`` with its password replaced by ``***``."""
-    return re.sub(r"^([a-z0-9+.-]+://[^:/@]*:)[^@]*@", r"\1***@", url, flags=re.IGNORECASE)
 
 
 def _display_path(path: Path) -> str:

@@ -14,6 +14,8 @@ from pathlib import Path
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
+from relay.timing import Deadline
+
 from .common import (
     DEFAULT_TIMEOUT,
     ENV_CONTROLLER_PORT,
@@ -145,21 +147,21 @@ def _internal_topics_ready(admin: AdminClient, timeout: float) -> bool:
     return True
 
 
-def _warm_up(port: int, deadline: float) -> None:
+def _warm_up(port: int, deadline: Deadline) -> None:
     """Wait until the broker can coordinate transactions and consumer groups: the first
     ``init_transactions``/FindCoordinator on a fresh broker creates ``__transaction_state``
     and ``__consumer_offsets``, which can take seconds; doing it here keeps tests fast."""
     bootstrap = bootstrap_servers(port)
     last: Exception | str | None = None
-    while time.monotonic() < deadline:
+    while not deadline.expired():
         try:
             producer = Producer({**_client_conf(bootstrap), "transactional.id": _WARMUP_TXN_ID})
-            producer.init_transactions(max(1.0, min(30.0, deadline - time.monotonic())))
+            producer.init_transactions(max(1.0, min(30.0, deadline.remaining())))
             admin = AdminClient(_client_conf(bootstrap))
             # describe_consumer_groups, not list_consumer_group_offsets: the latter segfaults
             # (confluent-kafka 2.16) while the group coordinator is still loading.
             for future in admin.describe_consumer_groups([_WARMUP_GROUP]).values():
-                future.result(timeout=max(1.0, deadline - time.monotonic()))
+                future.result(timeout=max(1.0, deadline.remaining()))
             if _internal_topics_ready(admin, 5.0):
                 return
             last = "internal topics have partitions without a leader"
@@ -169,18 +171,18 @@ def _warm_up(port: int, deadline: float) -> None:
     raise DevEnvError(f"broker on {bootstrap} cannot coordinate transactions/groups yet: {last}")
 
 
-def _check_sasl(bootstrap: str, deadline: float) -> None:
+def _check_sasl(bootstrap: str, deadline: Deadline) -> None:
     """Wait until the SASL listener ``bootstrap`` authenticates ``relay`` and serves metadata."""
     admin = AdminClient({**sasl_client_config(bootstrap), **_client_conf(bootstrap)})
     last: Exception | str | None = None
     while True:
         try:
-            if admin.list_topics(timeout=max(1.0, min(5.0, deadline - time.monotonic()))).brokers:
+            if admin.list_topics(timeout=max(1.0, min(5.0, deadline.remaining()))).brokers:
                 return
             last = "no brokers in the metadata"
         except KafkaException as exc:
             last = exc
-        if time.monotonic() >= deadline:
+        if deadline.expired():
             raise DevEnvError(f"SASL listener {bootstrap} does not log {SASL_USERNAME} in: {last}")
         time.sleep(0.25)
 
@@ -200,11 +202,13 @@ def start_kafka(
     the current one."""
     wd = resolve_workdir(workdir)
     with workdir_lock(wd):
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout)
         pid = kafka_pid(wd)
         if pid is not None:
             running = kafka_ports(wd)
-            if not properties_current(wd, running):
+            if properties_current(wd, running):
+                port = running.kafka
+            else:
                 log.warning(
                     "the running Kafka broker (pid %d) has an outdated configuration; "
                     "restarting it with the current one",
@@ -212,26 +216,14 @@ def start_kafka(
                 )
                 stop_kafka(wd)
                 pid, ports = None, running
-        if pid is not None:
-            port = kafka_ports(wd).kafka
-        else:
+        if pid is None:
             ports = ports or configured_ports()
             port = ports.kafka
-            wanted = (
-                (ports.kafka, ENV_KAFKA_PORT),
-                (ports.kafka_controller, ENV_CONTROLLER_PORT),
-                (ports.kafka_sasl, ENV_KAFKA_SASL_PORT),
-            )
-            for p, env in wanted:
-                if port_open(p):
-                    raise DevEnvError(
-                        f"{LOOPBACK}:{p} is already in use by another process (not the Kafka "
-                        f"broker of {wd}); stop it or choose another port with {env}"
-                    )
+            _check_ports_free(wd, ports)
             pid = _launch(wd, ports, timeout)
         if not wait_for(
             lambda: not pid_alive(pid) or kafka_answering(port, 2.0),
-            max(0.0, deadline - time.monotonic()),
+            deadline.remaining(),
             interval=0.25,
         ):
             raise failure(
@@ -248,6 +240,20 @@ def start_kafka(
         except DevEnvError as exc:
             raise failure(str(exc), server_log(wd)) from exc
         return bootstrap_servers(port)
+
+
+def _check_ports_free(wd: Path, ports: Ports) -> None:
+    wanted = (
+        (ports.kafka, ENV_KAFKA_PORT),
+        (ports.kafka_controller, ENV_CONTROLLER_PORT),
+        (ports.kafka_sasl, ENV_KAFKA_SASL_PORT),
+    )
+    for p, env in wanted:
+        if port_open(p):
+            raise DevEnvError(
+                f"{LOOPBACK}:{p} is already in use by another process (not the Kafka "
+                f"broker of {wd}); stop it or choose another port with {env}"
+            )
 
 
 def _launch(wd: Path, ports: Ports, timeout: float) -> int:

@@ -71,6 +71,7 @@ SASL_ADMIN_USERNAME = "admin"
 SASL_ADMIN_PASSWORD = "admin-dev-secret"  # noqa: S105 - loopback-only dev broker
 _SASL_USERS = {SASL_ADMIN_USERNAME: SASL_ADMIN_PASSWORD, SASL_USERNAME: SASL_PASSWORD}
 _PROPERTIES_HEADER = "# Written by relay.devenv on every start; local edits are overwritten."
+_RESOLVED_MARKER = ".resolved"  # in kafka-libs: the digest of the pom.xml it was resolved for
 
 
 def kafka_dir(workdir: Path) -> Path:
@@ -79,6 +80,11 @@ def kafka_dir(workdir: Path) -> Path:
 
 def libs_dir(workdir: Path) -> Path:
     return workdir / "kafka-libs"
+
+
+def libs_resolved(workdir: Path) -> bool:
+    """True if ``<workdir>/kafka-libs`` holds jars Maven resolved (for some pom.xml)."""
+    return (libs_dir(workdir) / _RESOLVED_MARKER).is_file()
 
 
 def pidfile(workdir: Path) -> Path:
@@ -128,7 +134,7 @@ def ensure_libs(workdir: Path, timeout: float = 600.0) -> Path:
     """Resolve the broker jars with Maven into ``<workdir>/kafka-libs`` unless already done
     for the current ``infra/pom.xml``; returns the directory."""
     libs = libs_dir(workdir)
-    marker = libs / ".resolved"
+    marker = libs / _RESOLVED_MARKER
     pom = INFRA_DIR / "pom.xml"
     if not pom.is_file() and marker.is_file():
         return libs  # no repository around (installed package); reuse what was resolved
@@ -159,7 +165,7 @@ def ensure_libs(workdir: Path, timeout: float = 600.0) -> Path:
             f"Maven failed to resolve the Kafka jars (exit {res.returncode}):\n"
             f"{(res.stdout + res.stderr)[-4000:]}"
         )
-    (staging / ".resolved").write_text(digest + "\n")
+    (staging / _RESOLVED_MARKER).write_text(digest + "\n")
     shutil.rmtree(libs, ignore_errors=True)
     staging.rename(libs)
     return libs

@@ -9,6 +9,7 @@ socket, inside the cluster's directory, trusts local users and is only used to b
 from __future__ import annotations
 
 import logging
+import subprocess
 from pathlib import Path
 
 import psycopg
@@ -34,6 +35,7 @@ from .common import (
 from .pg_cluster import (
     SUPERUSER,
     ClusterPaths,
+    OsUser,
     cluster_paths,
     initdb,
     os_user,
@@ -96,9 +98,6 @@ def postgres_answering(port: int, timeout: float = 3.0) -> bool:
 # --- lifecycle -----------------------------------------------------------------------------
 
 
-# --- lifecycle -----------------------------------------------------------------------------
-
-
 def _bootstrap(paths: ClusterPaths, port: int) -> None:
     """Create (or refresh) the ``relay`` role and database over the trusted Unix socket."""
     with psycopg.connect(
@@ -129,6 +128,15 @@ def _repair_role(paths: ClusterPaths, port: int) -> None:
         log.debug("could not refresh the relay role: %s", exc)
     else:
         log.info("refreshed the relay role and password of the running PostgreSQL")
+
+
+def _pg_ctl(
+    paths: ClusterPaths, user: OsUser, action: str, *opts: str, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``pg_ctl <action> -D <data> <opts> -w -t <timeout>`` as ``user``."""
+    pg_ctl = str(pg_bindir() / "pg_ctl")
+    argv = [pg_ctl, action, "-D", str(paths.data), *opts, "-w", "-t", str(int(timeout))]
+    return run_as(argv, user, cwd=paths.root, timeout=timeout + 30)
 
 
 def start_postgres(
@@ -163,22 +171,7 @@ def start_postgres(
             paths.pidfile.unlink()  # stale: no postmaster of ours is running
         write_config(paths, user, port)
         log.info("starting PostgreSQL on %s:%d", LOOPBACK, port)
-        res = run_as(
-            [
-                str(pg_bindir() / "pg_ctl"),
-                "start",
-                "-D",
-                str(paths.data),
-                "-l",
-                str(paths.logfile),
-                "-w",
-                "-t",
-                str(int(timeout)),
-            ],
-            user,
-            cwd=paths.root,
-            timeout=timeout + 30,
-        )
+        res = _pg_ctl(paths, user, "start", "-l", str(paths.logfile), timeout=timeout)
         if res.returncode != 0:
             raise failure(
                 f"PostgreSQL did not start within {timeout:.0f}s (pg_ctl exit {res.returncode}: "
@@ -210,22 +203,7 @@ def _stop(wd: Path, mode: str, timeout: float) -> None:
             return
         paths = cluster_paths(wd)
         log.info("stopping PostgreSQL (pid %d, mode %s)", pid, mode)
-        res = run_as(
-            [
-                str(pg_bindir() / "pg_ctl"),
-                "stop",
-                "-D",
-                str(paths.data),
-                "-m",
-                mode,
-                "-w",
-                "-t",
-                str(int(timeout)),
-            ],
-            os_user(),
-            cwd=paths.root,
-            timeout=timeout + 30,
-        )
+        res = _pg_ctl(paths, os_user(), "stop", "-m", mode, timeout=timeout)
         if res.returncode != 0 and pid_alive(pid):
             raise failure(
                 f"pg_ctl stop -m {mode} failed (exit {res.returncode}): "

@@ -19,18 +19,7 @@ from relay.chaos.faults import FaultContext, FaultKind, FaultSkipped, Outcome, p
 from relay.chaos.injector import FaultInjector, FaultLog
 from relay.chaos.processes import Command, Slot, Supervisor, is_stopped
 from relay.timing import SystemClock
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def wait(self, seconds: float, stop: threading.Event | None = None) -> bool:
-        self.now += seconds
-        return stop is not None and stop.is_set()
+from tests.unit.fakes import FakeClock
 
 
 def test_plan_covers_every_kind_first_then_draws_by_weight_reproducibly() -> None:
