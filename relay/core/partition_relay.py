@@ -95,8 +95,7 @@ class PartitionRelay:
             attempt += 1
             try:
                 return self._try_batch(up_to_seq)
-            except UndeliverableEventError as exc:
-                self._publisher.abort()
+            except UndeliverableEventError as exc:  # _try_batch aborted the transaction
                 moved = self._source.dead_letter(self.partition, exc.outbox_ids, exc.reason)
                 log.error(
                     "relay partition %d: moved %d outbox row(s) %s to outbox_dead_letters: %s",
@@ -134,7 +133,7 @@ class PartitionRelay:
             self._failpoints.hit("after_produce", self.partition)
             self._failpoints.hit("before_commit", self.partition)
             self._publisher.commit(last_seq)
-        except RetriableError:
+        except (RetriableError, UndeliverableEventError):
             self._publisher.abort()
             raise
         self._position = last_seq

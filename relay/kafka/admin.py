@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
-import time
+from typing import Any
 
 from confluent_kafka import KafkaError as LibKafkaError
 from confluent_kafka import KafkaException
@@ -18,25 +18,25 @@ from relay.errors import (
     KafkaAuthenticationError,
     KafkaError,
 )
-from relay.kafka.errors import lib_error
+from relay.kafka.errors import kafka_reason, lib_error
+from relay.logs import LIBRDKAFKA_LOGGER
 from relay.secrets import is_sensitive_property, mask_text
+from relay.timing import Deadline
 
-_log = logging.getLogger("relay.librdkafka")
+_log = logging.getLogger(LIBRDKAFKA_LOGGER)
 
 
-def admin_client(kafka: KafkaSettings) -> AdminClient:
+def admin_client(kafka: KafkaSettings, **extra: Any) -> AdminClient:
+    """An AdminClient for ``kafka``; ``extra`` adds or replaces client arguments
+    (``error_cb``, ``logger``)."""
+    # logger: librdkafka's lines go through logging (and its secret filter), not stderr.
+    arguments: dict[str, Any] = {"logger": _log, **extra}
     try:
-        # logger: librdkafka's lines go through logging (and its secret filter), not stderr.
-        return AdminClient(kafka.client_config(), logger=_log)
+        return AdminClient(kafka.client_config(), **arguments)
     except KafkaException as exc:
-        raise ConfigurationError(f"Kafka configuration rejected: {_reason(exc)}") from None
+        raise ConfigurationError(f"Kafka configuration rejected: {kafka_reason(exc)}") from None
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(f"Kafka configuration rejected: {exc}") from None
-
-
-def _reason(exc: KafkaException) -> str:
-    err = lib_error(exc)
-    return err.str() if err is not None else str(exc)
 
 
 # librdkafka reports a refused login only to error_cb (a metadata request just times out):
@@ -67,15 +67,11 @@ def check_broker(admin: AdminClient, kafka: KafkaSettings) -> None:
         if err.code() in _AUTHENTICATION_CODES:
             refused.append(err)
 
-    try:
-        probe = AdminClient(kafka.client_config(), error_cb=on_error, logger=_DebugLog())
-    except KafkaException as exc:
-        raise ConfigurationError(f"Kafka configuration rejected: {_reason(exc)}") from None
-    deadline = time.monotonic() + kafka.request_timeout_s
+    probe = admin_client(kafka, error_cb=on_error, logger=_DebugLog())
+    deadline = Deadline(kafka.request_timeout_s)
     while True:
-        remaining = deadline - time.monotonic()
         try:
-            probe.list_topics(timeout=max(0.05, min(_PROBE_SLICE_S, remaining)))
+            probe.list_topics(timeout=max(0.05, min(_PROBE_SLICE_S, deadline.remaining())))
             break
         except KafkaException as exc:
             last = exc
@@ -87,17 +83,17 @@ def check_broker(admin: AdminClient, kafka: KafkaSettings) -> None:
                 "sasl.username and sasl.password)",
                 code=refused[0].name(),
             )
-        if time.monotonic() >= deadline:
+        if deadline.expired():
             raise BrokerUnreachableError(
                 f"no Kafka broker answered at {kafka.bootstrap_servers} within "
-                f"{kafka.request_timeout_s:g} s ({_reason(last)})"
+                f"{kafka.request_timeout_s:g} s ({kafka_reason(last)})"
             )
     try:
-        admin.list_topics(timeout=max(1.0, deadline - time.monotonic()))
+        admin.list_topics(timeout=max(1.0, deadline.remaining()))
     except KafkaException as exc:
         raise BrokerUnreachableError(
             f"no Kafka broker answered at {kafka.bootstrap_servers} within "
-            f"{kafka.request_timeout_s:g} s ({_reason(exc)})"
+            f"{kafka.request_timeout_s:g} s ({kafka_reason(exc)})"
         ) from None
 
 
@@ -113,7 +109,7 @@ def topic_partitions(admin: AdminClient, topic: str, timeout: float) -> int | No
     try:
         metadata = admin.list_topics(topic=topic, timeout=timeout)
     except KafkaException as exc:
-        raise KafkaError(f"cannot read metadata of topic {topic}: {_reason(exc)}") from None
+        raise KafkaError(f"cannot read metadata of topic {topic}: {kafka_reason(exc)}") from None
     found = metadata.topics.get(topic)
     if found is None or found.error is not None:
         return None
@@ -137,7 +133,9 @@ def ensure_positions_topic(admin: AdminClient, topic: str, partitions: int, time
         except KafkaException as exc:
             err = lib_error(exc)
             if err is None or err.code() != err.TOPIC_ALREADY_EXISTS:
-                raise KafkaError(f"cannot create positions topic {topic}: {_reason(exc)}") from None
+                raise KafkaError(
+                    f"cannot create positions topic {topic}: {kafka_reason(exc)}"
+                ) from None
         existing = topic_partitions(admin, topic, timeout) or partitions
     if existing < partitions:
         raise ConfigurationError(

@@ -22,6 +22,12 @@ def lib_error(exc: BaseException) -> LibKafkaError | None:
     return None
 
 
+def kafka_reason(exc: BaseException) -> str:
+    """librdkafka's text for ``exc``, or the exception's own when it carries no error."""
+    err = lib_error(exc)
+    return err.str() if err is not None else str(exc)
+
+
 def translate(exc: BaseException, doing: str, partition: int | None = None) -> Exception:
     """The relay error for a librdkafka failure while ``doing`` something."""
     err = lib_error(exc)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from functools import partial
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka import KafkaError as LibKafkaError
@@ -24,13 +25,14 @@ from relay.errors import (
     UndeliverableEventError,
 )
 from relay.kafka.admin import admin_client
-from relay.kafka.errors import translate
-from relay.kafka.topics import TOPIC_MISSING, TopicGuard, single_record_batch_size
+from relay.kafka.errors import kafka_reason, lib_error, translate
+from relay.kafka.topics import TOPIC_MISSING, TopicGuard
+from relay.logs import LIBRDKAFKA_LOGGER
 from relay.types import OutboxRecord
 
 log = logging.getLogger(__name__)
 # librdkafka's own log lines go through logging (and its secret filter), not raw stderr.
-_librdkafka_log = logging.getLogger("relay.librdkafka")
+_librdkafka_log = logging.getLogger(LIBRDKAFKA_LOGGER)
 
 # Offsets at or below this mean "nothing committed" (librdkafka's OFFSET_INVALID is -1001).
 _NO_OFFSET = 0
@@ -92,10 +94,11 @@ class KafkaTransactionalPublisher:
                 logger=_librdkafka_log,
             )
         except KafkaException as exc:
-            raise ConfigurationError(f"Kafka configuration rejected: {exc.args[0].str()}") from None
+            raise ConfigurationError(f"Kafka configuration rejected: {kafka_reason(exc)}") from None
         self._position_tp = TopicPartition(settings.positions_topic, partition)
+        # The AdminClient is created only when a topic's configuration is first read.
         self._topics = TopicGuard(
-            self._producer, admin_client(settings.kafka), partition, self._timeout
+            self._producer, partial(admin_client, settings.kafka), partition, self._timeout
         )
 
     def fence(self) -> int:
@@ -136,29 +139,18 @@ class KafkaTransactionalPublisher:
 
     def send(self, records: Sequence[OutboxRecord]) -> None:
         headers = {r.id: record_headers(r) for r in records}
-        refused = self._topics.refused(records, headers)
-        if refused:
-            ids = tuple(sorted(refused))
-            raise UndeliverableEventError(
-                f"relay partition {self._partition}: Kafka refuses outbox rows {list(ids)}: "
-                f"{refused[ids[0]]}",
-                ids,
-                refused[ids[0]],
-            )
+        check = self._topics.check(records, headers)
+        if check.refused:
+            raise self._refused_error(check.refused)
         # The broker applies max.message.bytes to a whole record batch. For a topic whose
         # limit is below the producer's batch.size, flush before a batch could outgrow it.
-        small_limits = {
-            topic: limit
-            for topic in {r.topic for r in records}
-            if (limit := self._topics.max_message_bytes(topic)) is not None
-            and limit < self._batch_bytes
-        }
+        small_limits = self._small_limits(records)
         pending: dict[str, int] = {}
         produce = self._producer.produce
         for record in records:
             limit = small_limits.get(record.topic)
             if limit is not None:
-                size = single_record_batch_size(record.key, record.value, headers[record.id])
+                size = check.sizes[record.id]  # measured by check(): the topic has a limit
                 if pending.get(record.topic, 0) + size > limit:
                     self._producer.flush(self._timeout)
                     pending.clear()
@@ -176,21 +168,42 @@ class KafkaTransactionalPublisher:
                 except BufferError:
                     self._producer.poll(0.05)
                 except KafkaException as exc:
-                    err = exc.args[0]
-                    if err.code() in _RECORD_REFUSED:
-                        raise UndeliverableEventError(
-                            f"relay partition {self._partition}: Kafka refuses outbox row "
-                            f"{record.id}: {err.str()}",
-                            (record.id,),
-                            f"{err.str()} ({err.name()})",
-                        ) from None
-                    if err.code() in TOPIC_MISSING:
-                        self._topics.forget(record.topic)
-                        raise TopicMissingError(
-                            f"relay partition {self._partition}: topic {record.topic!r} "
-                            f"is not available: {err.str()}"
-                        ) from None
-                    raise translate(exc, f"producing to {record.topic}", self._partition) from None
+                    raise self._produce_error(exc, record) from None
+
+    def _refused_error(self, refused: dict[int, str]) -> UndeliverableEventError:
+        ids = tuple(sorted(refused))
+        return UndeliverableEventError(
+            f"relay partition {self._partition}: Kafka refuses outbox rows {list(ids)}: "
+            f"{refused[ids[0]]}",
+            ids,
+            refused[ids[0]],
+        )
+
+    def _small_limits(self, records: Sequence[OutboxRecord]) -> dict[str, int]:
+        """max.message.bytes of the batch's topics whose limit is below batch.size."""
+        return {
+            topic: limit
+            for topic in {r.topic for r in records}
+            if (limit := self._topics.max_message_bytes(topic)) is not None
+            and limit < self._batch_bytes
+        }
+
+    def _produce_error(self, exc: KafkaException, record: OutboxRecord) -> Exception:
+        err = lib_error(exc)
+        if err is not None and err.code() in _RECORD_REFUSED:
+            return UndeliverableEventError(
+                f"relay partition {self._partition}: Kafka refuses outbox row "
+                f"{record.id}: {err.str()}",
+                (record.id,),
+                f"{err.str()} ({err.name()})",
+            )
+        if err is not None and err.code() in TOPIC_MISSING:
+            self._topics.forget(record.topic)
+            return TopicMissingError(
+                f"relay partition {self._partition}: topic {record.topic!r} "
+                f"is not available: {err.str()}"
+            )
+        return translate(exc, f"producing to {record.topic}", self._partition)
 
     def commit(self, position: int) -> None:
         offsets = [TopicPartition(self._settings.positions_topic, self._partition, position)]
@@ -206,8 +219,10 @@ class KafkaTransactionalPublisher:
                 return
             except KafkaException as exc:
                 error = self._commit_error(exc, "commit_transaction")
-                err = exc.args[0]
-                retriable_in_place = err.retriable() and not err.txn_requires_abort()
+                err = lib_error(exc)
+                retriable_in_place = (
+                    err is not None and err.retriable() and not err.txn_requires_abort()
+                )
                 if not retriable_in_place or attempt == _COMMIT_ATTEMPTS:
                     raise error from None
                 log.warning("relay partition %d: %s; retrying the commit", self._partition, error)

@@ -9,7 +9,7 @@ exactly that row to the dead-letter table instead of failing the batch for ever.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError as LibKafkaError
@@ -41,6 +41,16 @@ class TopicLimits:
     compacted: bool
 
 
+@dataclass(frozen=True, slots=True)
+class BatchCheck:
+    """What :meth:`TopicGuard.check` found in a batch."""
+
+    refused: dict[int, str]
+    """Outbox ids the topics can never accept, with the reason."""
+    sizes: dict[int, int]
+    """:func:`single_record_batch_size` of each record whose topic has a known limit."""
+
+
 def _varint_size(value: int) -> int:
     zigzag = (value << 1) ^ (value >> 63)
     size = 1
@@ -70,31 +80,39 @@ def single_record_batch_size(key: bytes | None, value: bytes | None, headers: He
 
 
 class TopicGuard:
-    """Per-publisher cache of what each destination topic accepts."""
+    """Per-publisher cache of what each destination topic accepts.
+
+    ``admin`` creates the AdminClient that reads topic configurations, on first need."""
 
     def __init__(
-        self, producer: Producer, admin: AdminClient, partition: int, timeout: float
+        self,
+        producer: Producer,
+        admin: Callable[[], AdminClient],
+        partition: int,
+        timeout: float,
     ) -> None:
         self._producer = producer
-        self._admin = admin
+        self._new_admin = admin
+        self._admin: AdminClient | None = None
         self._partition = partition
         self._timeout = timeout
         self._limits: dict[str, TopicLimits] = {}
 
     def max_message_bytes(self, topic: str) -> int | None:
-        """The topic's limit, once :meth:`refused` has looked it up."""
+        """The topic's limit, once :meth:`check` has looked it up."""
         limits = self._limits.get(topic)
         return None if limits is None else limits.max_message_bytes
 
     def forget(self, topic: str) -> None:
         self._limits.pop(topic, None)
 
-    def refused(
+    def check(
         self, records: Sequence[OutboxRecord], headers_of: Mapping[int, HeaderList]
-    ) -> dict[int, str]:
-        """Outbox ids the topics can never accept, with the reason. Raises
-        TopicMissingError when a topic does not exist."""
+    ) -> BatchCheck:
+        """The records the topics can never accept, and the sizes measured to find them.
+        Raises TopicMissingError when a topic does not exist."""
         refused: dict[int, str] = {}
+        sizes: dict[int, int] = {}
         for record in records:
             limits = self._limits.get(record.topic) or self._load(record.topic, records)
             if limits.compacted and record.key is None:
@@ -103,12 +121,13 @@ class TopicGuard:
             if limits.max_message_bytes is None:
                 continue
             size = single_record_batch_size(record.key, record.value, headers_of[record.id])
+            sizes[record.id] = size
             if size > limits.max_message_bytes:
                 refused[record.id] = (
                     f"{size} bytes exceed max.message.bytes={limits.max_message_bytes} "
                     f"of topic {record.topic} (MSG_SIZE_TOO_LARGE)"
                 )
-        return refused
+        return BatchCheck(refused, sizes)
 
     def _load(self, topic: str, records: Sequence[OutboxRecord]) -> TopicLimits:
         try:
@@ -132,8 +151,9 @@ class TopicGuard:
 
     def _describe(self, topic: str) -> TopicLimits:
         resource = ConfigResource(ResourceType.TOPIC, topic)
+        admin = self._admin_client()
         try:
-            entries = self._admin.describe_configs([resource])[resource].result(self._timeout)
+            entries = admin.describe_configs([resource])[resource].result(self._timeout)
         except KafkaException as exc:
             # Without DescribeConfigs permission the broker's own check still applies.
             log.warning("cannot read the configuration of topic %s: %s", topic, exc)
@@ -144,3 +164,8 @@ class TopicGuard:
             max_message_bytes=int(limit.value) if limit is not None and limit.value else None,
             compacted=policy is not None and "compact" in str(policy.value),
         )
+
+    def _admin_client(self) -> AdminClient:
+        if self._admin is None:
+            self._admin = self._new_admin()
+        return self._admin

@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from relay.errors import ProducerFencedError, RetriableError
 from relay.types import OutboxRecord
+
+
+class FakeClock:
+    """Time that passes only when waited for."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def wait(self, seconds: float, stop: threading.Event | None = None) -> bool:
+        self.now += seconds
+        return stop is not None and stop.is_set()
 
 
 def record(partition: int, seq: int, key: bytes = b"k") -> OutboxRecord:

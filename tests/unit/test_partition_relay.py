@@ -1,25 +1,9 @@
-import threading
-
 import pytest
 
 from relay.core.partition_relay import GaveUpError, PartitionRelay
 from relay.errors import ProducerFencedError
 from relay.timing import RetryPolicy
-from tests.unit.fakes import MemoryKafka, MemoryOutbox, record
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.waits: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def wait(self, seconds: float, stop: threading.Event | None = None) -> bool:
-        self.waits.append(seconds)
-        self.now += seconds
-        return stop is not None and stop.is_set()
+from tests.unit.fakes import FakeClock, MemoryKafka, MemoryOutbox, record
 
 
 def make(outbox: MemoryOutbox, kafka: MemoryKafka, **kw: object) -> PartitionRelay:
