@@ -23,9 +23,7 @@ from collections.abc import Sequence
 from relay import logs
 from relay.cli import add_connection_flags
 from relay.mirror.cli import add_mirror_flags, mirror_settings_from_args
-from relay.mirror.consumer import KafkaRecordStream
-from relay.mirror.postgres_store import group_offsets
-from relay.mirror.service import make_engine, mirror_partition, prepare, targets_for
+from relay.mirror.service import check_not_past_end, lag_report, mirror_partition
 from relay.mirror.settings import MirrorSettings
 from relay.spark import job_main, run_tasks
 
@@ -52,23 +50,10 @@ def run_task(settings: MirrorSettings, topic: str, partition: int, target: int) 
 
 def plan(settings: MirrorSettings) -> list[tuple[str, int, int]]:
     """(topic, partition, last stable offset) of every partition with work to do."""
-    engine = make_engine(settings, pooled=False)
-    stream = None
-    try:
-        partitions = prepare(settings, engine).partitions
-        stream = KafkaRecordStream(settings.relay.kafka, settings.group)
-        stable = targets_for(engine, settings, stream, partitions)
-        stored = {
-            (t, p): offset
-            for t, p, offset, _ in group_offsets(
-                engine, settings.relay.database_url, settings.group
-            )
-        }
-    finally:
-        if stream is not None:
-            stream.close()
-        engine.dispose()
-    return [(t, p, stable[(t, p)]) for t, p in partitions if stored.get((t, p), 0) < stable[(t, p)]]
+    rows = lag_report(settings)
+    for row in rows:
+        check_not_past_end((row.topic, row.partition), row.next_offset, row.last_stable_offset)
+    return [(row.topic, row.partition, row.last_stable_offset) for row in rows if row.lag > 0]
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -24,15 +24,15 @@ from relay.config import RelaySettings
 from relay.postgres.database import make_engine
 from relay.relay_service import check_environment, drain_partition, select_partitions
 from relay.spark import job_main, run_tasks
+from relay.types import DrainResult
 
 log = logging.getLogger("relay.jobs.outbox_relay")
 
 
-def run_task(settings: RelaySettings, partition: int) -> tuple[int, int, int, int]:
-    """What one Spark task runs: (partition, records, batches, position)."""
+def run_task(settings: RelaySettings, partition: int) -> DrainResult:
+    """What one Spark task runs."""
     logs.configure("INFO")
-    result = drain_partition(settings, partition)
-    return (result.partition, result.records, result.batches, result.position)
+    return drain_partition(settings, partition)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -57,14 +57,14 @@ def run(argv: Sequence[str] | None = None) -> int:
     results, elapsed = run_tasks(
         "outbox-relay", args.master, partitions, lambda p: run_task(settings, p)
     )
-    total = sum(r[1] for r in results)
-    for partition, records, batches, position in sorted(results):
+    total = sum(r.records for r in results)
+    for result in sorted(results, key=lambda r: r.partition):
         log.info(
             "relay partition %d: %d records in %d batches, position %d",
-            partition,
-            records,
-            batches,
-            position,
+            result.partition,
+            result.records,
+            result.batches,
+            result.position,
         )
     log.info(
         "published %d records from %d relay partitions in %.1f s (%.0f records/s)",

@@ -183,22 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def settings_from_args(args: argparse.Namespace) -> RelaySettings:
-    fields = (
-        "database_url",
-        "kafka_bootstrap_servers",
-        "kafka_config_file",
-        "kafka_timeout_s",
-        "transaction_timeout_ms",
-        "batch_size",
-        "retry_attempts",
-        "poll_interval_s",
-        "transactional_id_prefix",
-        "positions_topic",
-        "positions_group",
-        "cleanup",
-    )
-    overrides = {name: getattr(args, name, None) for name in fields}
-    return load_settings(overrides, kafka_pairs=getattr(args, "kafka_properties", []))
+    """``load_settings`` picks its own names from the flags and ignores the rest."""
+    return load_settings(vars(args), kafka_pairs=getattr(args, "kafka_properties", []))
 
 
 def _database_url(args: argparse.Namespace) -> Secret:
@@ -218,7 +204,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     log.info("starting: %s", settings.describe())
     relay = ProcessRelay(settings, args.partitions)
-    _stop_on_signals(relay.stop_event.set)
+    stop_on_signals(relay.stop_event.set)
     summary = relay.run(once=args.once)
     log.info(
         "published %d records (%s)",
@@ -228,9 +214,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stop_on_signals(stop: Callable[[], None]) -> None:
+def stop_on_signals(stop: Callable[[], None], then: str = "finishing the current batch") -> None:
+    """On SIGTERM or SIGINT, log ``received <signal>, <then>`` and call ``stop``."""
+
     def handler(signum: int, _frame: FrameType | None) -> None:
-        log.info("received %s, finishing the current batch", signal.Signals(signum).name)
+        log.info("received %s, %s", signal.Signals(signum).name, then)
         stop()
 
     signal.signal(signal.SIGTERM, handler)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -121,11 +121,16 @@ def read_properties_file(path: str) -> dict[str, str]:
     return parse_property_pairs(lines, source=path)
 
 
-def _check_kafka_properties(properties: Mapping[str, str]) -> None:
-    owned = sorted(set(properties) & RELAY_OWNED_PROPERTIES)
+def check_kafka_properties(
+    names: Collection[str],
+    owned_properties: frozenset[str] = RELAY_OWNED_PROPERTIES,
+    owner: str = "the relay",
+) -> None:
+    """A ConfigurationError when ``names`` sets a property that ``owner`` sets itself."""
+    owned = sorted(set(names) & owned_properties)
     if owned:
         raise ConfigurationError(
-            f"Kafka property {owned[0]!r} is set by the relay itself and cannot be overridden"
+            f"Kafka property {owned[0]!r} is set by {owner} itself and cannot be overridden"
             + (" (use --kafka-bootstrap-servers)" if owned[0] == "bootstrap.servers" else "")
         )
 
@@ -213,7 +218,7 @@ def load_settings(
     env_pairs = env.get(ENV_PREFIX + "KAFKA_PROPERTIES", "")
     properties.update(parse_property_pairs(env_pairs.split(";"), "RELAY_KAFKA_PROPERTIES"))
     properties.update(parse_property_pairs(kafka_pairs, "-X"))
-    _check_kafka_properties(properties)
+    check_kafka_properties(properties)
 
     kafka = KafkaSettings(
         bootstrap_servers=str(bootstrap),

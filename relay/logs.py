@@ -8,6 +8,7 @@ import sys
 
 from relay.secrets import mask_text
 
+LIBRDKAFKA_LOGGER = "relay.librdkafka"  # where the Kafka clients log librdkafka's lines
 _DIGITS = re.compile(r"\d+")
 
 
@@ -32,14 +33,13 @@ class RepeatFilter(logging.Filter):
     While a broker is down every client logs each reconnect attempt; one line per
     interval, with how many were held back, says the same."""
 
-    def __init__(self, prefix: str = "relay.librdkafka", interval: float = 10.0) -> None:
+    def __init__(self, interval: float = 10.0) -> None:
         super().__init__()
-        self._prefix = prefix
         self._interval = interval
         self._seen: dict[str, tuple[float, int]] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not record.name.startswith(self._prefix):
+        if not record.name.startswith(LIBRDKAFKA_LOGGER):
             return True
         shape = _DIGITS.sub("#", record.getMessage())
         last = self._seen.get(shape)

@@ -12,8 +12,7 @@ from collections.abc import Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, create_engine
-from sqlalchemy.pool import NullPool
+from sqlalchemy import Engine
 
 from relay.config import RelaySettings
 from relay.core.partition_relay import PartitionRelay
@@ -101,10 +100,11 @@ def drain_partition(settings: RelaySettings, partition: int) -> DrainResult:
 
 
 def _task_engine(settings: RelaySettings) -> Engine:
-    return create_engine(
-        settings.database_url.reveal(),
-        poolclass=NullPool,
-        connect_args={"connect_timeout": 10, "application_name": "outbox-relay-task"},
+    return make_engine(
+        settings.database_url,
+        application_name="outbox-relay-task",
+        pooled=False,
+        pre_ping=False,
     )
 
 

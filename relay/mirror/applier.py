@@ -17,14 +17,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from relay.core.ports import FailpointHook
+from relay.failpoints import Failpoints
 from relay.mirror.decode import decode
 from relay.mirror.ports import MirrorStore
 from relay.mirror.types import ApplyResult, Batch, KafkaRecord, ResolvedTable
-
-
-class _NoFailpoints:
-    def hit(self, point: str, partition: int) -> None:
-        return None
 
 
 class Applier:
@@ -35,16 +31,12 @@ class Applier:
         failpoints: FailpointHook | None = None,
     ) -> None:
         self._store = store
-        self._failpoints = failpoints or _NoFailpoints()
+        self._failpoints = failpoints or Failpoints()
         by_topic: dict[str, list[ResolvedTable]] = {}
         for table in tables:
             for topic in table.mapping.topics:
                 by_topic.setdefault(topic, []).append(table)
         self._by_topic = {topic: tuple(found) for topic, found in by_topic.items()}
-
-    @property
-    def topics(self) -> tuple[str, ...]:
-        return tuple(sorted(self._by_topic))
 
     def batch(
         self,

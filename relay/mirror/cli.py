@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from relay.mirror.loop import MirrorSummary
 
 if TYPE_CHECKING:
-    from relay.mirror.service import MirrorService
     from relay.mirror.settings import MirrorSettings
 
 log = logging.getLogger("relay")
@@ -92,6 +89,7 @@ def mirror_settings_from_args(args: argparse.Namespace) -> MirrorSettings:
 
 
 def _cmd_mirror(args: argparse.Namespace) -> int:
+    from relay.cli import stop_on_signals
     from relay.mirror.service import MirrorService, lag_report
 
     settings = mirror_settings_from_args(args)
@@ -106,7 +104,7 @@ def _cmd_mirror(args: argparse.Namespace) -> int:
         return 0
     log.info("starting mirror: %s", settings.describe())
     service = MirrorService(settings)
-    _stop_on_signals(service)
+    stop_on_signals(service.stop_event.set, "applying what is fetched, then stopping")
     summary = service.run(once=args.once)
     print(describe_summary(summary))
     return 0
@@ -125,14 +123,3 @@ def describe_summary(summary: MirrorSummary) -> str:
             f"{p.dead_lettered}, next offset {offset}"
         )
     return "\n".join(lines)
-
-
-def _stop_on_signals(service: MirrorService) -> None:
-    def handler(signum: int, _frame: FrameType | None) -> None:
-        log.info(
-            "received %s, applying what is fetched, then stopping", signal.Signals(signum).name
-        )
-        service.stop_event.set()
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)

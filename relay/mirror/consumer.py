@@ -22,12 +22,13 @@ from confluent_kafka import KafkaError as LibKafkaError
 
 from relay.config import KafkaSettings
 from relay.errors import ConfigurationError, KafkaError
-from relay.kafka.errors import lib_error
+from relay.kafka.errors import kafka_reason
+from relay.logs import LIBRDKAFKA_LOGGER
 from relay.mirror.ports import AssignmentListener
 from relay.mirror.types import KafkaRecord, PartitionEnd, RecordHeaders, TopicPartitionKey
 
 log = logging.getLogger(__name__)
-_librdkafka_log = logging.getLogger("relay.librdkafka")
+_librdkafka_log = logging.getLogger(LIBRDKAFKA_LOGGER)
 
 # Properties the mirror sets itself: its guarantees depend on them.
 MIRROR_OWNED_PROPERTIES = frozenset(
@@ -82,9 +83,7 @@ class KafkaRecordStream:
         try:
             self._consumer = Consumer(config, logger=_librdkafka_log)
         except KafkaException as exc:
-            err = lib_error(exc)
-            reason = err.str() if err is not None else str(exc)
-            raise ConfigurationError(f"Kafka configuration rejected: {reason}") from None
+            raise ConfigurationError(f"Kafka configuration rejected: {kafka_reason(exc)}") from None
 
     def subscribe(self, topics: Sequence[str], listener: AssignmentListener) -> None:
         """Join the consumer group; partitions arrive through rebalances."""
@@ -152,9 +151,8 @@ class KafkaRecordStream:
         try:
             self._consumer.seek(TopicPartition(topic, partition, _start(offset)))
         except KafkaException as exc:
-            err = lib_error(exc)
             raise KafkaError(
-                f"{topic}[{partition}]: seeking to {offset} failed: {err.str() if err else exc}"
+                f"{topic}[{partition}]: seeking to {offset} failed: {kafka_reason(exc)}"
             ) from None
 
     def last_stable_offsets(
@@ -170,10 +168,9 @@ class KafkaRecordStream:
                     TopicPartition(topic, partition), timeout=self._timeout, cached=False
                 )
             except KafkaException as exc:
-                err = lib_error(exc)
                 raise KafkaError(
                     f"{topic}[{partition}]: reading the last stable offset failed: "
-                    f"{err.str() if err else exc}"
+                    f"{kafka_reason(exc)}"
                 ) from None
             result[(topic, partition)] = int(high)
         return result

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from relay.core.partition_relay import GaveUpError
 from relay.errors import MirrorOffsetConflict, RelayError, RetriableError
 from relay.mirror.applier import Applier
 from relay.mirror.ports import MirrorStore, RecordStream
@@ -31,7 +32,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class MirrorGaveUpError(RelayError):
+class MirrorGaveUpError(GaveUpError):
     """A batch kept failing with transient errors until the retry policy gave up."""
 
 
@@ -42,10 +43,8 @@ class PartitionStats:
     applied: int = 0
     skipped: int = 0
     dead_lettered: int = 0
-    batches: int = 0
     conflicts: int = 0
     next_offset: int | None = None
-    target: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +129,7 @@ class MirrorLoop:
             target = self._targets.get(tp) if self._targets is not None else None
             self._cursors[tp] = _Cursor(tp[0], tp[1], offset, offset or 0, target)
             stats = self._stats.setdefault(tp, PartitionStats(tp[0], tp[1]))
-            stats.next_offset, stats.target = offset, target
+            stats.next_offset = offset
             starts[tp] = offset
         log.info(
             "assigned %s",
@@ -240,7 +239,6 @@ class MirrorLoop:
         stats.applied += result.applied
         stats.skipped += result.skipped
         stats.dead_lettered += len(result.dead_letters)
-        stats.batches += 1
         stats.next_offset = next_offset
         if result.dead_letters:
             offsets = ", ".join(str(d.record.offset) for d in result.dead_letters[:10])

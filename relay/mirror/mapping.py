@@ -51,13 +51,6 @@ class KeyMapping:
             return tuple(self.pattern.groupindex)
         return tuple(column for column, _ in self.fields)
 
-    def describe(self) -> str:
-        if self.column is not None:
-            return f"the whole key as {self.column}"
-        if self.pattern is not None:
-            return f"key pattern {self.pattern.pattern!r}"
-        return "JSON key fields " + ", ".join(f"{c}={f}" for c, f in self.fields)
-
 
 @dataclass(frozen=True, slots=True)
 class VersionMapping:

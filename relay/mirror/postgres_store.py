@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import datetime
 from itertools import groupby
 
 import sqlalchemy as sa
@@ -25,7 +24,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError
 
-from relay.errors import MirrorOffsetConflict, RetriableError
+from relay.errors import MirrorOffsetConflict
 from relay.mirror.types import (
     ApplyResult,
     Batch,
@@ -37,7 +36,7 @@ from relay.mirror.types import (
     TopicPartitionKey,
     Upsert,
 )
-from relay.postgres.database import is_transient, translate
+from relay.postgres.database import database_errors, driver_message
 from relay.schema import mirror_dead_letters, mirror_offsets
 from relay.secrets import Secret, mask_text
 
@@ -108,7 +107,10 @@ class PostgresMirrorStore:
     ) -> dict[TopicPartitionKey, int]:
         wanted = set(partitions)
         topics = sorted({topic for topic, _ in wanted})
-        with self._errors("reading mirror_offsets"), self._engine.connect() as conn:
+        with (
+            database_errors(self._url, "reading mirror_offsets", retriable=True),
+            self._engine.connect() as conn,
+        ):
             rows = conn.execute(_SELECT_OFFSETS, {"group": self._group, "topics": topics}).all()
         return {
             (r.topic, r.partition): int(r.next_offset)
@@ -118,7 +120,11 @@ class PostgresMirrorStore:
 
     def apply(self, batch: Batch, before_commit: Callable[[], None]) -> ApplyResult:
         with (
-            self._errors(f"applying {batch.topic}[{batch.partition}]"),
+            # Lost connections, deadlocks and serialization failures are retriable: the
+            # batch was rolled back, or committed (the retry's compare-and-set tells which).
+            database_errors(
+                self._url, f"applying {batch.topic}[{batch.partition}]", retriable=True
+            ),
             self._engine.connect() as conn,
             conn.begin(),
         ):
@@ -197,41 +203,17 @@ class PostgresMirrorStore:
             "error": dead.error.replace("\x00", "\\x00"),
         }
 
-    def _errors(self, doing: str) -> _Translating:
-        return _Translating(self._url, doing)
 
-
-class _Translating:
-    """Driver errors as relay errors: lost connections, deadlocks and serialization
-    failures are retriable (the batch was rolled back, or committed: the compare-and-set
-    of the retry tells which); anything else is a DatabaseError."""
-
-    def __init__(self, url: Secret, doing: str) -> None:
-        self._url, self._doing = url, doing
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
-        if isinstance(exc, DBAPIError):
-            error = translate(exc, self._url, self._doing)
-            if is_transient(exc):
-                raise RetriableError(str(error)) from None
-            raise error from None
-
-
-def group_offsets(engine: Engine, url: Secret, group: str) -> list[tuple[str, int, int, datetime]]:
-    """Every stored offset of ``group``: (topic, partition, next offset, updated at)."""
+def group_offsets(engine: Engine, url: Secret, group: str) -> dict[TopicPartitionKey, int]:
+    """Every stored next offset of ``group``."""
     query = sa.select(
-        mirror_offsets.c.topic,
-        mirror_offsets.c.partition,
-        mirror_offsets.c.next_offset,
-        mirror_offsets.c.updated_at,
+        mirror_offsets.c.topic, mirror_offsets.c.partition, mirror_offsets.c.next_offset
     ).where(mirror_offsets.c.consumer_group == group)
-    with _Translating(url, "reading mirror_offsets"), engine.connect() as conn:
-        return [
-            (r[0], r[1], r[2], r[3]) for r in conn.execute(query.order_by("topic", "partition"))
-        ]
+    with (
+        database_errors(url, "reading mirror_offsets", retriable=True),
+        engine.connect() as conn,
+    ):
+        return {(r[0], r[1]): r[2] for r in conn.execute(query)}
 
 
 def _run_key(op: Op) -> tuple[str, str, bool]:
@@ -248,8 +230,6 @@ def _deletes(ops: Sequence[Op]) -> Iterator[Delete]:
     return (op for op in ops if isinstance(op, Delete))
 
 
-# Connection exceptions, transaction rollbacks (serialization failure, deadlock), operator
-# intervention (shutdown, idle-in-transaction timeout), insufficient resources.
 def _record_error(exc: DBAPIError) -> bool:
     """A constraint or data error: the record's fault, not the database's."""
     sqlstate = str(getattr(exc.orig, "sqlstate", None) or "")
@@ -261,11 +241,8 @@ def _record_error(exc: DBAPIError) -> bool:
 
 
 def _db_reason(exc: DBAPIError) -> str:
-    orig = exc.orig if exc.orig is not None else exc
-    sqlstate = getattr(orig, "sqlstate", None)
-    first = (str(orig).strip().splitlines() or ["?"])[0]
-    code = f" [SQLSTATE {sqlstate}]" if sqlstate else ""
-    return f"database rejected the record{code}: {mask_text(first)}"
+    message = driver_message(exc)
+    return f"database rejected the record{message.code}: {mask_text(message.first_line)}"
 
 
 def _header_json(name: str, value: bytes | None) -> dict[str, str | None]:

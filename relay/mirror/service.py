@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 
 import sqlalchemy as sa
-from sqlalchemy import Engine, create_engine
-from sqlalchemy.pool import NullPool, QueuePool
+from sqlalchemy import Engine
 
 from relay.errors import ConfigurationError, KafkaError
 from relay.failpoints import Failpoints
@@ -30,6 +28,7 @@ from relay.mirror.postgres_catalog import resolve_tables
 from relay.mirror.postgres_store import PostgresMirrorStore, group_offsets
 from relay.mirror.settings import MirrorSettings
 from relay.mirror.types import ResolvedTable, TopicPartitionKey
+from relay.postgres import database
 from relay.postgres.database import database_errors
 from relay.postgres.migrations import check_schema
 from relay.timing import Clock, RetryPolicy, SystemClock
@@ -53,7 +52,6 @@ class LagRow:
     partition: int
     next_offset: int | None  # None: nothing applied yet
     last_stable_offset: int
-    updated_at: datetime | None
 
     @property
     def lag(self) -> int:
@@ -65,15 +63,11 @@ def make_engine(settings: MirrorSettings, *, pooled: bool = True) -> Engine:
     """An engine whose sessions PostgreSQL ends if they sit idle inside a transaction
     (a paused or hung instance must not hold the offset row lock for ever)."""
     timeout_ms = int(settings.idle_transaction_timeout_s * 1000)
-    return create_engine(
-        settings.relay.database_url.reveal(),
-        poolclass=QueuePool if pooled else NullPool,
-        pool_pre_ping=True,
-        connect_args={
-            "connect_timeout": 10,
-            "application_name": "relay-mirror",
-            "options": f"-c idle_in_transaction_session_timeout={timeout_ms}",
-        },
+    return database.make_engine(
+        settings.relay.database_url,
+        application_name="relay-mirror",
+        options=f"-c idle_in_transaction_session_timeout={timeout_ms}",
+        pooled=pooled,
     )
 
 
@@ -116,38 +110,39 @@ def targets_for(
     """The last stable offset of each partition: what ``--once`` and the Spark job apply
     up to. A stored offset never passes the last stable offset of its time, so one read
     before it that is past it means the topic was recreated or truncated: an error."""
-    stored = {
-        (topic, partition): offset
-        for topic, partition, offset, _ in group_offsets(
-            engine, settings.relay.database_url, settings.group
-        )
-    }
+    stored = group_offsets(engine, settings.relay.database_url, settings.group)
     stable = stream.last_stable_offsets(partitions)
     for tp in partitions:
-        if stored.get(tp, 0) > stable[tp]:
-            raise KafkaError(
-                f"{tp[0]}[{tp[1]}]: the stored offset {stored[tp]} is past the end of the "
-                f"partition ({stable[tp]}): the topic was recreated or truncated. Set "
-                "mirror_offsets.next_offset for it (or delete the row to start from the "
-                "beginning)"
-            )
+        check_not_past_end(tp, stored.get(tp), stable[tp])
     return stable
+
+
+def check_not_past_end(tp: TopicPartitionKey, stored: int | None, stable: int) -> None:
+    """A stored offset past the last stable offset: the topic was recreated or truncated."""
+    if stored is not None and stored > stable:
+        raise KafkaError(
+            f"{tp[0]}[{tp[1]}]: the stored offset {stored} is past the end of the "
+            f"partition ({stable}): the topic was recreated or truncated. Set "
+            "mirror_offsets.next_offset for it (or delete the row to start from the "
+            "beginning)"
+        )
 
 
 def _loop(
     settings: MirrorSettings,
     engine: Engine,
-    prepared: Prepared,
+    tables: Sequence[ResolvedTable],
+    reflected: Mapping[str, sa.Table],
     *,
     targets: dict[TopicPartitionKey, int] | None,
     retry: RetryPolicy,
     clock: Clock,
 ) -> MirrorLoop:
     store = PostgresMirrorStore(
-        engine, settings.relay.database_url, settings.group, prepared.tables, prepared.reflected
+        engine, settings.relay.database_url, settings.group, tables, reflected
     )
     return MirrorLoop(
-        Applier(prepared.tables, store, Failpoints.from_env()),
+        Applier(tables, store, Failpoints.from_env()),
         store,
         batch_size=settings.batch_size,
         max_wait_s=settings.max_wait_s,
@@ -172,27 +167,22 @@ class MirrorService:
         try:
             prepared = prepare(self._settings, engine)
             stream = KafkaRecordStream(self._settings.relay.kafka, self._settings.group)
-            if once:
-                targets = targets_for(engine, self._settings, stream, prepared.partitions)
-                loop = _loop(
-                    self._settings,
-                    engine,
-                    prepared,
-                    targets=targets,
-                    retry=RetryPolicy(),
-                    clock=self._clock,
-                )
+            targets = (
+                targets_for(engine, self._settings, stream, prepared.partitions) if once else None
+            )
+            loop = _loop(
+                self._settings,
+                engine,
+                prepared.tables,
+                prepared.reflected,
+                targets=targets,
+                retry=RetryPolicy() if once else RetryPolicy(max_attempts=None),
+                clock=self._clock,
+            )
+            if targets is not None:
                 log.info("mirroring %d partitions up to their last stable offsets", len(targets))
                 stream.assign(prepared.partitions, loop)
             else:
-                loop = _loop(
-                    self._settings,
-                    engine,
-                    prepared,
-                    targets=None,
-                    retry=RetryPolicy(max_attempts=None),
-                    clock=self._clock,
-                )
                 log.info(
                     "mirroring %s continuously as group %s",
                     ", ".join(prepared.mapping.topics),
@@ -217,17 +207,14 @@ def mirror_partition(
     engine = make_engine(settings, pooled=False)
     stream = None
     try:
-        url = settings.relay.database_url
-        mapping = load_mapping(settings.mapping_path)
-        if settings.topics:
-            mapping = mapping.restricted_to(settings.topics)
-        tables, reflected = resolve_tables(engine, url, mapping.restricted_to((topic,)))
-        prepared = Prepared(mapping, tables, reflected, ((topic, partition),))
+        mapping = load_mapping(settings.mapping_path).restricted_to((topic,))
+        tables, reflected = resolve_tables(engine, settings.relay.database_url, mapping)
         tp = (topic, partition)
         loop = _loop(
             settings,
             engine,
-            prepared,
+            tables,
+            reflected,
             targets={tp: target},
             retry=RetryPolicy(),
             clock=SystemClock(),
@@ -242,29 +229,17 @@ def mirror_partition(
         engine.dispose()
 
 
-def lag_report(
-    settings: MirrorSettings, partitions: Sequence[TopicPartitionKey] | None = None
-) -> list[LagRow]:
+def lag_report(settings: MirrorSettings) -> list[LagRow]:
     """Stored offsets of the group against the brokers' last stable offsets."""
     engine = make_engine(settings, pooled=False)
     stream = None
     try:
-        if partitions is None:
-            partitions = prepare(settings, engine).partitions
-        stored = {
-            (t, p): (offset, at)
-            for t, p, offset, at in group_offsets(
-                engine, settings.relay.database_url, settings.group
-            )
-        }
+        partitions = prepare(settings, engine).partitions
+        stored = group_offsets(engine, settings.relay.database_url, settings.group)
         stream = KafkaRecordStream(settings.relay.kafka, settings.group)
         stable = stream.last_stable_offsets(partitions)
     finally:
         if stream is not None:
             stream.close()
         engine.dispose()
-    rows = []
-    for tp in partitions:
-        offset, at = stored.get(tp, (None, None))
-        rows.append(LagRow(tp[0], tp[1], offset, stable[tp], at))
-    return rows
+    return [LagRow(t, p, stored.get((t, p)), stable[(t, p)]) for t, p in partitions]

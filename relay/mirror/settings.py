@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from relay.config import RelaySettings, _positive_float, _positive_int
+from relay.config import RelaySettings, _positive_float, _positive_int, check_kafka_properties
 from relay.errors import ConfigurationError
 from relay.mirror.consumer import MIRROR_OWNED_PROPERTIES
 
@@ -51,11 +51,7 @@ def load_mirror_settings(
             return str(given[name])
         return env.get(f"RELAY_MIRROR_{name.upper()}")
 
-    owned = sorted(set(relay.kafka.properties) & MIRROR_OWNED_PROPERTIES)
-    if owned:
-        raise ConfigurationError(
-            f"Kafka property {owned[0]!r} is set by the mirror itself and cannot be overridden"
-        )
+    check_kafka_properties(relay.kafka.properties, MIRROR_OWNED_PROPERTIES, "the mirror")
     mapping_path = pick("config")
     if not mapping_path:
         raise ConfigurationError(

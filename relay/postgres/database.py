@@ -4,38 +4,66 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy.pool import NullPool
 
 from relay.errors import DatabaseError, DatabaseUnreachableError, RetriableError
 from relay.secrets import Secret, mask_text, mask_url
 
 
-def make_engine(url: Secret, pool_size: int = 5) -> Engine:
-    return create_engine(
-        url.reveal(),
-        pool_size=pool_size,
-        max_overflow=pool_size,
-        pool_pre_ping=True,
-        connect_args={"connect_timeout": 10, "application_name": "outbox-relay"},
+def make_engine(
+    url: Secret,
+    pool_size: int = 5,
+    *,
+    application_name: str = "outbox-relay",
+    options: str | None = None,
+    pooled: bool = True,
+    pre_ping: bool = True,
+) -> Engine:
+    """An engine with a 10 s connect timeout; ``options`` are server settings
+    (``-c name=value``); ``pooled=False`` opens a connection per checkout (NullPool)."""
+    connect_args: dict[str, object] = {"connect_timeout": 10, "application_name": application_name}
+    if options is not None:
+        connect_args["options"] = options
+    pool: dict[str, object] = (
+        {"pool_size": pool_size, "max_overflow": pool_size} if pooled else {"poolclass": NullPool}
     )
+    return create_engine(url.reveal(), pool_pre_ping=pre_ping, connect_args=connect_args, **pool)
+
+
+@dataclass(frozen=True, slots=True)
+class DriverMessage:
+    """The server's SQLSTATE (if any) and the first line of a driver error's message."""
+
+    sqlstate: str | None
+    first_line: str
+
+    @property
+    def code(self) -> str:
+        return f" [SQLSTATE {self.sqlstate}]" if self.sqlstate else ""
+
+
+def driver_message(exc: SQLAlchemyError) -> DriverMessage:
+    orig = getattr(exc, "orig", None)
+    lines = str(orig if orig is not None else exc).strip().splitlines()
+    return DriverMessage(getattr(orig, "sqlstate", None), (lines or ["?"])[0])
 
 
 def translate(exc: SQLAlchemyError, url: Secret, doing: str) -> DatabaseError:
     """One clear, password-free message with the server's SQLSTATE."""
-    orig = getattr(exc, "orig", None)
-    sqlstate = getattr(orig, "sqlstate", None)
-    detail = str(orig if orig is not None else exc).strip().splitlines()[0]
-    detail = mask_text(detail, secrets=_password(url))
+    message = driver_message(exc)
+    sqlstate = message.sqlstate
+    detail = mask_text(message.first_line, secrets=_password(url))
     where = mask_url(url.reveal())
     if isinstance(exc, OperationalError) and sqlstate in (None, "08001", "08006", "57P03"):
         return DatabaseUnreachableError(
             f"cannot connect to PostgreSQL at {where}: {detail}", sqlstate
         )
-    code = f" [SQLSTATE {sqlstate}]" if sqlstate else ""
-    return DatabaseError(f"{doing} failed{code}: {detail}", sqlstate)
+    return DatabaseError(f"{doing} failed{message.code}: {detail}", sqlstate)
 
 
 def _password(url: Secret) -> tuple[str, ...]:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 
 from relay.outbox import decode_headers
 from relay.postgres.database import database_errors
@@ -46,11 +47,18 @@ class PostgresOutboxSource:
         self._engine = engine
         self._url = url
 
-    def high_water(self, partition: int) -> int:
+    @contextmanager
+    def _connection(self, doing: str, *, begin: bool = False) -> Iterator[Connection]:
+        """A connection (in a transaction with ``begin``) whose transient database errors
+        become RetriableError."""
         with (
-            database_errors(self._url, "reading the outbox", retriable=True),
-            self._engine.connect() as conn,
+            database_errors(self._url, doing, retriable=True),
+            self._engine.begin() if begin else self._engine.connect() as conn,
         ):
+            yield conn
+
+    def high_water(self, partition: int) -> int:
+        with self._connection("reading the outbox") as conn:
             return int(conn.execute(_HIGH_WATER, {"partition": partition}).scalar_one())
 
     def fetch(
@@ -62,10 +70,7 @@ class PostgresOutboxSource:
             "up_to": _MAX_SEQ if up_to_seq is None else up_to_seq,
             "limit": limit,
         }
-        with (
-            database_errors(self._url, "reading the outbox", retriable=True),
-            self._engine.connect() as conn,
-        ):
+        with self._connection("reading the outbox") as conn:
             rows = conn.execute(_FETCH, params).all()
         return [
             OutboxRecord(
@@ -82,18 +87,12 @@ class PostgresOutboxSource:
         ]
 
     def last_assigned_seq(self) -> int:
-        with (
-            database_errors(self._url, "reading outbox_seq", retriable=True),
-            self._engine.connect() as conn,
-        ):
+        with self._connection("reading outbox_seq") as conn:
             return int(conn.execute(_LAST_ASSIGNED).scalar_one())
 
     def dead_letter(self, partition: int, outbox_ids: Sequence[int], error: str) -> int:
         params = {"partition": partition, "ids": list(outbox_ids), "error": error}
-        with (
-            database_errors(self._url, "moving rows to outbox_dead_letters", retriable=True),
-            self._engine.begin() as conn,
-        ):
+        with self._connection("moving rows to outbox_dead_letters", begin=True) as conn:
             result = conn.execute(_DEAD_LETTER, params)
         return int(result.rowcount)
 
@@ -101,10 +100,7 @@ class PostgresOutboxSource:
         if up_to_seq <= 0:
             return 0
         params = {"partition": partition, "up_to": up_to_seq}
-        with (
-            database_errors(self._url, "deleting published outbox rows", retriable=True),
-            self._engine.begin() as conn,
-        ):
+        with self._connection("deleting published outbox rows", begin=True) as conn:
             result = conn.execute(_DELETE, params)
         return int(result.rowcount)
 

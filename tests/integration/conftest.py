@@ -1,12 +1,17 @@
 from __future__ import annotations
 
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 
 import pytest
+import sqlalchemy as sa
+from sqlalchemy.pool import NullPool
 
+from relay.devenv import Endpoints
 from tests.integration.support import RelayTestEnv, migrate, new_prefix
 
 RELAY_PARTITIONS = 4
+GROUPS = ("outbox_writer", "outbox_relay", "outbox_mirror")
 
 
 @pytest.fixture
@@ -19,3 +24,27 @@ def relay_env(database_url: str, bootstrap_servers: str) -> RelayTestEnv:
 @pytest.fixture
 def topic(make_topic: Callable[..., str]) -> str:
     return make_topic(partitions=3)
+
+
+@pytest.fixture
+def login_roles(endpoints: Endpoints, relay_env: RelayTestEnv) -> Iterator[dict[str, str]]:
+    """A login role in each group role; returns group -> database URL logging in as it."""
+    admin = sa.create_engine(endpoints.admin_database_url, poolclass=NullPool)
+    logins: dict[str, str] = {}
+    with admin.begin() as conn:
+        for group in GROUPS:
+            conn.execute(
+                sa.text(
+                    f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{group}') "
+                    f"THEN CREATE ROLE {group} NOLOGIN; END IF; END $$"
+                )
+            )
+            name, password = f"{group}_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+            conn.execute(sa.text(f"CREATE ROLE {name} LOGIN PASSWORD '{password}' IN ROLE {group}"))
+            url = sa.make_url(relay_env.database_url).set(username=name, password=password)
+            logins[group] = url.render_as_string(hide_password=False)
+    yield logins
+    with admin.begin() as conn:
+        for login in logins.values():
+            conn.execute(sa.text(f"DROP ROLE IF EXISTS {sa.make_url(login).username}"))
+    admin.dispose()

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
-from tests.integration.support import PROJECT_ROOT, migrate, relay_command
+from tests.integration.support import PROJECT_ROOT, migrate, relay_command, run_sql
 
 # Every upsert the mirror attempts fires the BEFORE INSERT trigger, also when ON CONFLICT
 # turns it into an update or a no-op; a rolled-back attempt leaves no audit row. So the
@@ -110,16 +110,6 @@ class MirrorEnv:
             g=self.group,
         )
         return {(str(t), int(str(p))): int(str(o)) for t, p, o in rows}
-
-
-def run_sql(database_url: str, statement: str, **params: object) -> list[tuple[object, ...]]:
-    engine = create_engine(database_url, poolclass=NullPool)
-    try:
-        with engine.begin() as conn:
-            result = conn.execute(text(statement), params)
-            return [tuple(r) for r in result] if result.returns_rows else []
-    finally:
-        engine.dispose()
 
 
 def run_script(database_url: str, script: str) -> None:
@@ -227,10 +217,10 @@ def last_stable_offsets(bootstrap: str, topic: str) -> dict[tuple[str, int], int
         consumer.close()
 
 
-def items_state(env: MirrorEnv) -> dict[int, tuple[str, int, int]]:
+def items_state(env: MirrorEnv) -> dict[int, tuple[str, int]]:
+    """The mirrored items: id -> (name, qty)."""
     return {
-        int(str(i)): (str(n), int(str(q)), int(str(v)))
-        for i, n, q, v in env.sql("SELECT id, name, qty, version FROM items")
+        int(str(i)): (str(n), int(str(q))) for i, n, q in env.sql("SELECT id, name, qty FROM items")
     }
 
 
@@ -242,6 +232,11 @@ def audit_duplicates(env: MirrorEnv) -> list[tuple[object, ...]]:
 
 def audit_count(env: MirrorEnv) -> int:
     return int(str(env.sql("SELECT count(*) FROM items_audit")[0][0]))
+
+
+def records_of(history: Iterable[tuple[int, Mapping[str, object]]]) -> list[Record]:
+    """The Kafka records of ``(id, {name, qty})`` pairs, in order."""
+    return [item(i, str(v["name"]), int(str(v["qty"]))) for i, v in history]
 
 
 def expected_items(

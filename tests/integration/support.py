@@ -15,7 +15,6 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
-from relay.config import RelaySettings, load_settings
 from relay.postgres import migrations
 from relay.secrets import Secret
 
@@ -45,17 +44,19 @@ class RelayTestEnv:
         env.update(extra)
         return env
 
-    def settings(self, **overrides: object) -> RelaySettings:
-        return load_settings(overrides, environ=self.env())
-
     def sql(self, statement: str, **params: object) -> list[tuple[object, ...]]:
-        engine = create_engine(self.database_url, poolclass=NullPool)
-        try:
-            with engine.begin() as conn:
-                result = conn.execute(text(statement), params)
-                return [tuple(r) for r in result] if result.returns_rows else []
-        finally:
-            engine.dispose()
+        return run_sql(self.database_url, statement, **params)
+
+
+def run_sql(database_url: str, statement: str, **params: object) -> list[tuple[object, ...]]:
+    """One statement in a transaction of its own; its rows, if it returns any."""
+    engine = create_engine(database_url, poolclass=NullPool)
+    try:
+        with engine.begin() as conn:
+            result = conn.execute(text(statement), params)
+            return [tuple(r) for r in result] if result.returns_rows else []
+    finally:
+        engine.dispose()
 
 
 def new_prefix() -> str:
@@ -64,10 +65,7 @@ def new_prefix() -> str:
 
 def migrate(database_url: str, partitions: int) -> None:
     migrations.upgrade(Secret(database_url))
-    engine = create_engine(database_url, poolclass=NullPool)
-    with engine.begin() as conn:
-        conn.execute(text("UPDATE outbox_settings SET partitions = :n"), {"n": partitions})
-    engine.dispose()
+    run_sql(database_url, "UPDATE outbox_settings SET partitions = :n", n=partitions)
 
 
 def relay_command(*args: str) -> list[str]:
@@ -103,15 +101,30 @@ def run_job(
     )
 
 
-def start_relay(env: RelayTestEnv, *args: str, **extra_env: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        relay_command(*args),
-        env=env.env(**extra_env),
-        cwd=PROJECT_ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+def start_relay(
+    env: RelayTestEnv, *args: str, log: Path | None = None, **extra_env: str
+) -> subprocess.Popen[str]:
+    """`relay <args>` in the background. Without ``log`` its stdout and stderr are pipes,
+    for a process read with ``communicate()``; a long-running one writes both to ``log``
+    instead (a pipe nobody reads would fill up and block it)."""
+    if log is None:
+        return subprocess.Popen(
+            relay_command(*args),
+            env=env.env(**extra_env),
+            cwd=PROJECT_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    with log.open("w") as handle:
+        return subprocess.Popen(
+            relay_command(*args),
+            env=env.env(**extra_env),
+            cwd=PROJECT_ROOT,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -121,15 +134,6 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(0.05)
-
-
-def is_stopped(pid: int) -> bool:
-    """True when the process is stopped by a signal (state T in /proc)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] in ("T", "t")
 
 
 @dataclass(frozen=True)

@@ -3,39 +3,25 @@ topic holds its rows in the outbox until it exists."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-import sqlalchemy as sa
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
-from sqlalchemy.pool import NullPool
 
 import relay
 from relay.kafka.publisher import record_headers
 from relay.kafka.topics import single_record_batch_size
 from relay.types import OutboxRecord
 from tests.integration.support import (
-    PROJECT_ROOT,
     RelayTestEnv,
     assert_exactly_once_in_order,
     read_committed,
-    relay_command,
     run_relay,
+    start_relay,
     wait_until,
 )
-
-
-def _publish(env: RelayTestEnv, events: list[relay.Event]) -> set[int]:
-    engine = sa.create_engine(env.database_url, poolclass=NullPool)
-    with engine.begin() as conn:
-        relay.publish_many(conn, events)
-    with engine.connect() as conn:
-        ids = {int(r[0]) for r in conn.execute(sa.text("SELECT id FROM outbox"))}
-    engine.dispose()
-    return ids
-
+from tests.integration.writes import publish_events
 
 LIMIT = 4000
 
@@ -62,7 +48,7 @@ def test_records_kafka_refuses_go_to_dead_letters_and_the_rest_is_published(
     events = [relay.Event(topic, "same-key", {"n": n}) for n in range(10)]
     events.insert(7, relay.Event(topic, "same-key", b"y" * 1_200_000))  # over the client's limit
     edge = [relay.Event(topic, "same-key", b"") for _ in range(4)]
-    ids = _publish(relay_env, events + edge)
+    ids = publish_events(relay_env.database_url, events + edge)
     edge_ids = sorted(ids)[-4:]
     for outbox_id, delta in zip(edge_ids, (-1, 0, 1, 2), strict=True):
         _resize_to(relay_env, outbox_id, LIMIT + delta)  # the broker's own boundary
@@ -89,7 +75,9 @@ def test_missing_topic_keeps_rows_until_it_exists(
     relay_env: RelayTestEnv, kafka_admin: AdminClient, tmp_path: Path
 ) -> None:
     topic = f"created-later-{relay_env.prefix}"
-    ids = _publish(relay_env, [relay.Event(topic, f"k{n}", {"n": n}) for n in range(20)])
+    ids = publish_events(
+        relay_env.database_url, [relay.Event(topic, f"k{n}", {"n": n}) for n in range(20)]
+    )
 
     gave_up = run_relay(relay_env, "run", "--once", RELAY_RETRY_ATTEMPTS="2")
     assert gave_up.returncode == 1
@@ -98,22 +86,19 @@ def test_missing_topic_keeps_rows_until_it_exists(
     assert relay_env.sql("SELECT count(*) FROM outbox") == [(20,)]
 
     log = tmp_path / "relay.log"
-    with log.open("w") as stderr:
-        service = subprocess.Popen(
-            relay_command("run"), env=relay_env.env(), cwd=PROJECT_ROOT, stderr=stderr
+    service = start_relay(relay_env, "run", log=log)
+    try:
+        wait_until(lambda: "does not exist" in log.read_text(), 60, "the relay to report it")
+        assert service.poll() is None  # the service keeps running and retrying
+        kafka_admin.create_topics([NewTopic(topic, 3, replication_factor=-1)])[topic].result(30)
+        wait_until(
+            lambda: relay_env.sql("SELECT count(*) FROM outbox") == [(0,)],
+            90,
+            "the relay to publish once the topic exists",
         )
-        try:
-            wait_until(lambda: "does not exist" in log.read_text(), 60, "the relay to report it")
-            assert service.poll() is None  # the service keeps running and retrying
-            kafka_admin.create_topics([NewTopic(topic, 3, replication_factor=-1)])[topic].result(30)
-            wait_until(
-                lambda: relay_env.sql("SELECT count(*) FROM outbox") == [(0,)],
-                90,
-                "the relay to publish once the topic exists",
-            )
-        finally:
-            service.terminate()
-            service.wait(60)
+    finally:
+        service.terminate()
+        service.wait(60)
     assert service.returncode == 0, log.read_text()
     assert_exactly_once_in_order(read_committed(relay_env.bootstrap_servers, topic), ids)
     kafka_admin.delete_topics([topic])

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +18,14 @@ from sqlalchemy.pool import NullPool
 from relay.chaos.setup import write_mapping
 from relay.chaos.workload import MIRROR, Workload, WorkloadConfig, create_schema
 from relay.timing import SystemClock
-from tests.integration.support import PROJECT_ROOT, RelayTestEnv, read_committed, run_relay
+from tests.integration.support import (
+    PROJECT_ROOT,
+    RelayTestEnv,
+    read_committed,
+    relay_command,
+    run_relay,
+    wait_until,
+)
 
 SHORT_RUN_LIMIT_S = 180
 
@@ -34,8 +40,14 @@ def test_checker_passes_a_clean_run_and_counts_injected_anomalies(
         config = WorkloadConfig(writers=2, keys=10, long_ratio=0.0)
         workload = Workload(engine, topic, config, seed=3, clock=SystemClock())
         workload.start()
-        time.sleep(2)
-        workload.stop()
+        try:
+            wait_until(
+                lambda: workload.stats.acknowledged > 0 and workload.stats.rolled_back > 0,
+                60,
+                "the writers to commit and roll back transactions",
+            )
+        finally:
+            workload.stop()
     finally:
         engine.dispose()
     assert workload.stats.acknowledged > 0 and workload.stats.rolled_back > 0
@@ -77,10 +89,7 @@ def test_checker_passes_a_clean_run_and_counts_injected_anomalies(
 def test_short_chaos_run_loses_duplicates_and_reorders_nothing(tmp_path: Path) -> None:
     report_path = tmp_path / "report.json"
     started = time.monotonic()
-    argv = [
-        sys.executable,
-        "-m",
-        "relay.cli",
+    argv = relay_command(
         "chaos",
         "--faults",
         "20",
@@ -92,7 +101,7 @@ def test_short_chaos_run_loses_duplicates_and_reorders_nothing(tmp_path: Path) -
         str(tmp_path / "chaos"),
         "--report",
         str(report_path),
-    ]
+    )
     with subprocess.Popen(
         argv, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     ) as chaos:

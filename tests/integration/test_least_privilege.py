@@ -2,48 +2,18 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.exc import ProgrammingError
 from sqlalchemy.pool import NullPool
 
 import relay
-from relay.devenv import Endpoints
 from tests.integration.support import (
     RelayTestEnv,
     assert_exactly_once_in_order,
     read_committed,
     run_relay,
 )
-
-GROUPS = ("outbox_writer", "outbox_relay", "outbox_mirror")
-
-
-@pytest.fixture
-def login_roles(endpoints: Endpoints, relay_env: RelayTestEnv) -> Iterator[dict[str, str]]:
-    """A login role in each group role; returns group -> database URL logging in as it."""
-    admin = sa.create_engine(endpoints.admin_database_url, poolclass=NullPool)
-    logins: dict[str, str] = {}
-    with admin.begin() as conn:
-        for group in GROUPS:
-            conn.execute(
-                sa.text(
-                    f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{group}') "
-                    f"THEN CREATE ROLE {group} NOLOGIN; END IF; END $$"
-                )
-            )
-            name, password = f"{group}_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
-            conn.execute(sa.text(f"CREATE ROLE {name} LOGIN PASSWORD '{password}' IN ROLE {group}"))
-            url = sa.make_url(relay_env.database_url).set(username=name, password=password)
-            logins[group] = url.render_as_string(hide_password=False)
-    yield logins
-    with admin.begin() as conn:
-        for url in logins.values():
-            conn.execute(sa.text(f"DROP ROLE IF EXISTS {sa.make_url(url).username}"))
-    admin.dispose()
 
 
 def test_services_and_relay_need_no_more_than_their_roles(

@@ -1,14 +1,13 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
-from tests.integration.support import PROJECT_ROOT
+from tests.integration.support import PROJECT_ROOT, relay_command
 
 
 def _relay_db(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "relay.cli", "db", *args, "--database-url", url],
+        relay_command("db", *args, "--database-url", url),
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,

@@ -10,26 +10,25 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from tests.integration.mirror_support import MirrorEnv, items_mapping, mirror_env, run_sql
+from tests.integration.mirror_support import MirrorEnv, items_mapping, mirror_env
+from tests.integration.support import run_sql
 
 SECRET = "s3cr3t-Mirr0r-pw"
 
 
 @pytest.fixture
-def env(
-    database_url: str, bootstrap_servers: str, make_topic: Callable[..., str], tmp_path: Path
-) -> MirrorEnv:
-    topic = make_topic("mirror-config", partitions=1)
-    return mirror_env(database_url, bootstrap_servers, tmp_path, items_mapping([topic]))
+def mirror_topic(make_topic: Callable[..., str]) -> str:
+    return make_topic("mirror-config", partitions=1)
 
 
-def _topic(env: MirrorEnv) -> str:
-    return env.mapping.read_text().split('topics = ["')[1].split('"')[0]
+@pytest.fixture
+def env(database_url: str, bootstrap_servers: str, mirror_topic: str, tmp_path: Path) -> MirrorEnv:
+    return mirror_env(database_url, bootstrap_servers, tmp_path, items_mapping([mirror_topic]))
 
 
-def _mapping(env: MirrorEnv, text: str) -> dict[str, str]:
+def _mapping(env: MirrorEnv, topic: str, text: str) -> dict[str, str]:
     path = env.mapping.with_name("bad.toml")
-    path.write_text(text.replace("TOPIC", _topic(env)))
+    path.write_text(text.replace("TOPIC", topic))
     return {"RELAY_MIRROR_CONFIG": str(path)}
 
 
@@ -77,9 +76,9 @@ VERSION = 'version = {{ column = "{version}", source = "offset" }}\n'
     ],
 )
 def test_bad_mapping_fails_fast_with_one_clear_line(
-    env: MirrorEnv, mapping: str, code: int, message: str
+    env: MirrorEnv, mirror_topic: str, mapping: str, code: int, message: str
 ) -> None:
-    result = env.run("--once", **_mapping(env, mapping))
+    result = env.run("--once", **_mapping(env, mirror_topic, mapping))
     assert result.returncode == code, result.stderr
     assert message in result.stderr
     assert "Traceback" not in result.stderr
@@ -143,13 +142,15 @@ def test_no_secret_in_the_output(env: MirrorEnv) -> None:
         assert SECRET not in output
 
 
-def test_a_stored_offset_past_the_end_of_the_partition_is_an_error(env: MirrorEnv) -> None:
+def test_a_stored_offset_past_the_end_of_the_partition_is_an_error(
+    env: MirrorEnv, mirror_topic: str
+) -> None:
     """The topic was recreated (or truncated) under the mirror: not silently 'done'."""
     env.sql(
         "INSERT INTO mirror_offsets (consumer_group, topic, partition, next_offset) "
         "VALUES (:g, :t, 0, 1000)",
         g=env.group,
-        t=_topic(env),
+        t=mirror_topic,
     )
     result = env.run("--once")
     assert result.returncode == 4, result.stderr

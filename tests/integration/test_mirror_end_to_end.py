@@ -8,20 +8,17 @@ from __future__ import annotations
 import json
 import random
 import threading
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
-import pytest
 import sqlalchemy as sa
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
 import relay
-from relay.devenv import Endpoints
 from tests.integration.mirror_support import MirrorEnv, run_script
 from tests.integration.support import RelayTestEnv, run_relay
 
@@ -169,30 +166,11 @@ class _RollBack(Exception):
     pass
 
 
-@pytest.fixture
-def mirror_login(endpoints: Endpoints, relay_env: RelayTestEnv) -> Iterator[str]:
-    """A login role in the group role outbox_mirror; its database URL."""
-    admin = sa.create_engine(endpoints.admin_database_url, poolclass=NullPool)
-    name, password = f"mirror_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
-    with admin.begin() as conn:
-        conn.execute(
-            sa.text(
-                "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'outbox_mirror') "
-                "THEN CREATE ROLE outbox_mirror NOLOGIN; END IF; END $$"
-            )
-        )
-        conn.execute(
-            sa.text(f"CREATE ROLE {name} LOGIN PASSWORD '{password}' IN ROLE outbox_mirror")
-        )
-    url = sa.make_url(relay_env.database_url).set(username=name, password=password)
-    yield url.render_as_string(hide_password=False)
-    with admin.begin() as conn:
-        conn.execute(sa.text(f"DROP ROLE IF EXISTS {name}"))
-    admin.dispose()
-
-
 def test_concurrent_service_writes_end_up_equal_in_the_mirrored_tables(
-    relay_env: RelayTestEnv, mirror_login: str, make_topic: Callable[..., str], tmp_path: Path
+    relay_env: RelayTestEnv,
+    login_roles: dict[str, str],
+    make_topic: Callable[..., str],
+    tmp_path: Path,
 ) -> None:
     orders_topic = make_topic("e2e-orders", partitions=3)
     customers_topic = make_topic("e2e-customers", partitions=2)
@@ -216,7 +194,9 @@ def test_concurrent_service_writes_end_up_equal_in_the_mirrored_tables(
     assert granted.returncode == 0, granted.stderr
 
     (tmp_path / "mirror.toml").write_text(mapping(orders_topic, customers_topic))
-    mirror = MirrorEnv(mirror_login, relay_env.bootstrap_servers, tmp_path / "mirror.toml", "e2e")
+    mirror = MirrorEnv(
+        login_roles["outbox_mirror"], relay_env.bootstrap_servers, tmp_path / "mirror.toml", "e2e"
+    )
     applied = mirror.run("--once")
     assert applied.returncode == 0, applied.stderr
     assert "dead-lettered 0" in applied.stdout

@@ -6,6 +6,7 @@ import random
 import threading
 from collections import defaultdict
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -124,10 +125,11 @@ def test_late_committers_are_never_skipped_and_keys_keep_commit_order(
 
 
 def test_concurrent_free_running_writers_with_a_live_relay(
-    relay_env: RelayTestEnv, topic: str, engine: sa.Engine
+    relay_env: RelayTestEnv, topic: str, engine: sa.Engine, tmp_path: Path
 ) -> None:
     """8 writers commit as fast as they can while `relay run` publishes continuously."""
-    relay_process = start_relay(relay_env, "run", "--batch-size", "50", "--no-cleanup")
+    log = tmp_path / "relay.log"
+    relay_process = start_relay(relay_env, "run", "--batch-size", "50", "--no-cleanup", log=log)
     errors: list[BaseException] = []
 
     def write(index: int) -> None:
@@ -160,6 +162,6 @@ def test_concurrent_free_running_writers_with_a_live_relay(
         )
     finally:
         relay_process.terminate()
-        _, stderr = relay_process.communicate(timeout=60)
-    assert relay_process.returncode == 0, stderr
+        relay_process.wait(60)
+    assert relay_process.returncode == 0, log.read_text()
     assert_exactly_once_in_order(read_committed(relay_env.bootstrap_servers, topic), committed_ids)

@@ -8,12 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from relay.chaos.processes import is_stopped
 from tests.integration import support
 from tests.integration.support import (
     PROJECT_ROOT,
     RelayTestEnv,
     assert_exactly_once_in_order,
-    is_stopped,
     read_committed,
     run_relay,
     wait_until,

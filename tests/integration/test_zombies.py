@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from relay import devenv
+from relay.chaos.processes import is_stopped
 from tests.integration.support import (
-    PROJECT_ROOT,
     RelayTestEnv,
     assert_exactly_once_in_order,
-    is_stopped,
     read_committed,
-    relay_command,
     run_relay,
     start_relay,
     wait_until,
@@ -61,31 +58,25 @@ def test_a_running_relay_outlives_a_postgresql_restart(
         pytest.skip("restarts the local development PostgreSQL server")
     write_events(relay_env.database_url, topic, 300)
     log = tmp_path / "relay.log"
-    with log.open("w") as stderr:
-        service = subprocess.Popen(
-            relay_command("run", "--batch-size", "50", "--no-cleanup"),
-            env=relay_env.env(),
-            cwd=PROJECT_ROOT,
-            stderr=stderr,
-        )
+    service = start_relay(relay_env, "run", "--batch-size", "50", "--no-cleanup", log=log)
+    try:
+        wait_until(lambda: "published seq" in log.read_text(), 60, "a first batch")
+        devenv.restart_postgres(devenv_workdir, mode="immediate")
+        committed = write_events(relay_env.database_url, topic, 300)  # all 600 rows
         try:
-            wait_until(lambda: "published seq" in log.read_text(), 60, "a first batch")
-            devenv.restart_postgres(devenv_workdir, mode="immediate")
-            committed = write_events(relay_env.database_url, topic, 300)  # all 600 rows
-            try:
-                wait_until(
-                    lambda: (
-                        service.poll() is not None  # the relay died: reported below
-                        or len(read_committed(relay_env.bootstrap_servers, topic)) >= len(committed)
-                    ),
-                    90,
-                    "the relay to publish everything after the restart",
-                )
-            except AssertionError as exc:
-                raise AssertionError(f"{exc}\n{log.read_text()[-4000:]}") from None
-            assert service.poll() is None, log.read_text()[-3000:]
-        finally:
-            service.terminate()
-            service.wait(60)
+            wait_until(
+                lambda: (
+                    service.poll() is not None  # the relay died: reported below
+                    or len(read_committed(relay_env.bootstrap_servers, topic)) >= len(committed)
+                ),
+                90,
+                "the relay to publish everything after the restart",
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{log.read_text()[-4000:]}") from None
+        assert service.poll() is None, log.read_text()[-3000:]
+    finally:
+        service.terminate()
+        service.wait(60)
     assert service.returncode == 0, log.read_text()[-3000:]
     assert_exactly_once_in_order(read_committed(relay_env.bootstrap_servers, topic), committed)

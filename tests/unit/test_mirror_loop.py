@@ -21,14 +21,12 @@ P1: TopicPartitionKey = ("t", 1)
 class FakeClock:
     def __init__(self) -> None:
         self.now = 0.0
-        self.waited: list[float] = []
 
     def monotonic(self) -> float:
         self.now += 0.001
         return self.now
 
     def wait(self, seconds: float, stop: threading.Event | None = None) -> bool:
-        self.waited.append(seconds)
         self.now += seconds
         return stop is not None and stop.is_set()
 
