@@ -10,7 +10,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from relay.postgres import migrations
-from relay.secrets import Secret
+from relay.runtime.secrets import Secret
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -20,56 +20,29 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from relay import logs
-from relay.cli import add_connection_flags
-from relay.mirror.cli import add_mirror_flags, mirror_settings_from_args
-from relay.mirror.service import check_not_past_end, lag_report, mirror_partition
-from relay.mirror.settings import MirrorSettings
-from relay.spark import job_main, run_tasks
+from relay.commands.mirror import mirror_partition, plan_mirror_job
+from relay.mirroring.types import PartitionStats
+from relay.settings.flags import add_connection_flags, add_mirror_flags, mirror_settings_from_args
+from relay.settings.mirror import MirrorSettings
+from relay.spark import job_main, run_tasks, task_logging
 
 log = logging.getLogger("relay.jobs.mirror")
 
-TaskResult = tuple[str, int, int, int, int, int, int]
+
+def run_task(settings: MirrorSettings, topic: str, partition: int, target: int) -> PartitionStats:
+    """What one Spark task runs."""
+    task_logging()
+    return mirror_partition(settings, topic, partition, target)
 
 
-def run_task(settings: MirrorSettings, topic: str, partition: int, target: int) -> TaskResult:
-    """What one Spark task runs: (topic, partition, applied, dead-lettered, skipped,
-    offset conflicts, next offset)."""
-    logs.configure("INFO")
-    stats = mirror_partition(settings, topic, partition, target)
-    return (
-        topic,
-        partition,
-        stats.applied,
-        stats.dead_lettered,
-        stats.skipped,
-        stats.conflicts,
-        stats.next_offset or 0,
-    )
-
-
-def plan(settings: MirrorSettings) -> list[tuple[str, int, int]]:
-    """(topic, partition, last stable offset) of every partition with work to do."""
-    rows = lag_report(settings)
-    for row in rows:
-        check_not_past_end((row.topic, row.partition), row.next_offset, row.last_stable_offset)
-    return [(row.topic, row.partition, row.last_stable_offset) for row in rows if row.lag > 0]
-
-
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="mirror", description=__doc__.split("\n")[0])
-    parser.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
-    parser.add_argument("--log-level", default="INFO")
+def add_flags(parser: argparse.ArgumentParser) -> None:
     add_connection_flags(parser)
     add_mirror_flags(parser)
-    return parser.parse_args(argv)
 
 
-def run(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    logs.configure(args.log_level)
+def run(args: argparse.Namespace) -> int:
     settings = mirror_settings_from_args(args)
-    tasks = plan(settings)
+    tasks = plan_mirror_job(settings)
     if not tasks:
         log.info("nothing to mirror: every partition is applied up to its last stable offset")
         return 0
@@ -78,27 +51,25 @@ def run(argv: Sequence[str] | None = None) -> int:
         len(tasks),
         ", ".join(f"{t}[{p}] up to {target}" for t, p, target in tasks),
     )
-
-    results: list[TaskResult]
     results, elapsed = run_tasks(
         "relay-mirror", args.master, tasks, lambda task: run_task(settings, *task)
     )
-    for topic, partition, applied, dead, skipped, conflicts, next_offset in sorted(results):
+    for stats in sorted(results, key=lambda s: (s.topic, s.partition)):
         log.info(
             "%s[%d]: applied %d, dead-lettered %d, skipped %d, %d offset conflicts, next offset %d",
-            topic,
-            partition,
-            applied,
-            dead,
-            skipped,
-            conflicts,
-            next_offset,
+            stats.topic,
+            stats.partition,
+            stats.applied,
+            stats.dead_lettered,
+            stats.skipped,
+            stats.conflicts,
+            stats.next_offset or 0,
         )
-    total = sum(r[2] for r in results)
+    total = sum(s.applied for s in results)
     log.info(
         "mirrored %d records (dead-lettered %d) from %d partitions in %.1f s (%.0f records/s)",
         total,
-        sum(r[3] for r in results),
+        sum(s.dead_lettered for s in results),
         len(results),
         elapsed,
         total / elapsed if elapsed else 0.0,
@@ -107,7 +78,7 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return job_main("mirror", lambda: run(argv))
+    return job_main("mirror", __doc__.split("\n")[0], add_flags, run, argv)
 
 
 if __name__ == "__main__":

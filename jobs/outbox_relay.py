@@ -18,42 +18,29 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from relay import logs
-from relay.cli import add_connection_flags, add_relay_flags, settings_from_args
-from relay.config import RelaySettings
-from relay.postgres.database import make_engine
-from relay.relay_service import check_environment, drain_partition, select_partitions
-from relay.spark import job_main, run_tasks
-from relay.types import DrainResult
+from relay.commands.run import drain_partition, plan_relay_job
+from relay.publishing.types import DrainResult
+from relay.settings.flags import add_connection_flags, add_relay_flags, relay_settings_from_args
+from relay.settings.relay import RelaySettings
+from relay.spark import job_main, run_tasks, task_logging
 
 log = logging.getLogger("relay.jobs.outbox_relay")
 
 
 def run_task(settings: RelaySettings, partition: int) -> DrainResult:
     """What one Spark task runs."""
-    logs.configure("INFO")
+    task_logging()
     return drain_partition(settings, partition)
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="outbox_relay", description=__doc__.split("\n")[0])
-    parser.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
-    parser.add_argument("--log-level", default="INFO")
+def add_flags(parser: argparse.ArgumentParser) -> None:
     add_connection_flags(parser)
     add_relay_flags(parser)
-    return parser.parse_args(argv)
 
 
-def run(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    logs.configure(args.log_level)
-    settings = settings_from_args(args)
-    engine = make_engine(settings.database_url, pool_size=1)
-    try:
-        partitions = select_partitions(args.partitions, check_environment(settings, engine))
-    finally:
-        engine.dispose()
-
+def run(args: argparse.Namespace) -> int:
+    settings = relay_settings_from_args(args)
+    partitions = plan_relay_job(settings, args.partitions)
     results, elapsed = run_tasks(
         "outbox-relay", args.master, partitions, lambda p: run_task(settings, p)
     )
@@ -77,7 +64,7 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return job_main("outbox_relay", lambda: run(argv))
+    return job_main("outbox_relay", __doc__.split("\n")[0], add_flags, run, argv)
 
 
 if __name__ == "__main__":

@@ -2,10 +2,12 @@
 
 Services call :func:`publish` inside their own database transaction; ``relay run`` (or
 the Spark job ``jobs/outbox_relay.py``) publishes committed events to Kafka exactly once.
+The package's plan is in ``docs/architecture.md``.
 """
 
-from relay.errors import RelayError
-from relay.outbox import Event, InvalidEventError, publish, publish_many
+from relay.errors import InvalidEventError, RelayError
+from relay.postgres.outbox_writer import publish, publish_many
+from relay.publishing.events import Event
 
 __all__ = ["Event", "InvalidEventError", "RelayError", "publish", "publish_many"]
 __version__ = "0.1.0"

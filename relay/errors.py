@@ -1,8 +1,37 @@
-"""The relay's exception tree.
+"""The one exception tree of the package, with the exit codes the CLI returns.
 
-Every error the relay raises on purpose derives from :class:`RelayError`. The CLI turns
-one into a single line on stderr and a non-zero exit code; tracebacks only with
-``--traceback``. Errors that wrap a driver error keep the driver's code.
+Every error raised on purpose derives from :class:`RelayError`, in every direction and
+tool. The CLI (and a Spark job's driver) turns one into a single line on stderr and its
+``exit_code``; tracebacks only with ``--traceback``. Errors that wrap a driver error keep
+the driver's code.
+
+Exit codes: 1 a run failed (:class:`RelayError`), 2 configuration, 3 database, 4 Kafka,
+5 another instance owns the work (fenced, offset conflict).
+
+::
+
+    RelayError (1)
+    ├── ConfigurationError (2)
+    ├── DatabaseError (3)
+    │   ├── DatabaseUnreachableError
+    │   └── MigrationsNotAppliedError
+    ├── KafkaError (4)
+    │   ├── BrokerUnreachableError
+    │   ├── KafkaAuthenticationError
+    │   └── ProducerFencedError (5)
+    ├── RetriableError                 try the same work again
+    │   └── TopicMissingError
+    ├── InvalidEventError              an event the write API cannot store
+    ├── GaveUpError                    retries exhausted
+    ├── UndeliverableEventError        Kafka refuses rows for good: dead-letter them
+    ├── DecodeError                    a record the mirror cannot map: dead-letter it
+    ├── MirrorOffsetConflict (5)
+    ├── FailpointError                 a test's failpoint fired
+    ├── DevEnvError                    a development server failed
+    └── ChaosError                     a chaos run could not reach a verdict
+        ├── CheckerError
+        ├── DrainError
+        └── FaultSkipped
 """
 
 from __future__ import annotations
@@ -93,3 +122,39 @@ class MirrorOffsetConflict(RelayError):
         self.topic = topic
         self.partition = partition
         self.expected = expected
+
+
+class InvalidEventError(RelayError, ValueError):
+    """An event cannot be written to the outbox as given (also a ValueError)."""
+
+
+class GaveUpError(RelayError):
+    """A batch kept failing with retriable errors until the retry policy gave up."""
+
+
+class DecodeError(RelayError):
+    """Why a Kafka record cannot be mapped to rows; becomes the dead letter's error text."""
+
+
+class FailpointError(RelayError):
+    """Raised by a failpoint whose action is ``raise`` (crash and zombie tests)."""
+
+
+class DevEnvError(RelayError, RuntimeError):
+    """A development server could not be set up, started, reached or stopped."""
+
+
+class ChaosError(RelayError):
+    """The chaos run could not finish (no verdict on the relay)."""
+
+
+class CheckerError(ChaosError):
+    """The checker could not read its evidence (not an anomaly: no verdict)."""
+
+
+class DrainError(ChaosError):
+    """The final drain of a chaos run did not finish in time."""
+
+
+class FaultSkipped(ChaosError):
+    """A fault could not be injected (its target never came up in time)."""

@@ -6,6 +6,7 @@ without it.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import sys
@@ -14,7 +15,9 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from relay.errors import RelayError
-from relay.secrets import mask_text
+from relay.runtime import logs
+from relay.runtime.secrets import mask_text
+from relay.settings.flags import add_job_flags
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -53,10 +56,23 @@ def run_tasks(
     return results, time.monotonic() - started
 
 
-def job_main(prog: str, run: Callable[[], int]) -> int:
-    """Run a job's driver: one clear line on stderr and the error's exit code on failure."""
+def job_main(
+    prog: str,
+    description: str,
+    add_flags: Callable[[argparse.ArgumentParser], None],
+    run: Callable[[argparse.Namespace], int],
+    argv: Sequence[str] | None = None,
+) -> int:
+    """Run a job's driver: parse its flags (``--master``, ``--log-level`` and what
+    ``add_flags`` adds), set up logging, then ``run``; one clear line on stderr and the
+    error's exit code on failure."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    add_job_flags(parser)
+    add_flags(parser)
+    args = parser.parse_args(argv)
+    logs.configure(args.log_level)
     try:
-        return run()
+        return run(args)
     except RelayError as exc:
         print(f"{prog}: error: {mask_text(str(exc))}", file=sys.stderr)
         return exc.exit_code
@@ -66,3 +82,8 @@ def job_main(prog: str, run: Callable[[], int]) -> int:
             raise
         print(f"{prog}: error: a task failed: {mask_text(found[2])}", file=sys.stderr)
         return 1
+
+
+def task_logging() -> None:
+    """Logging inside a Spark task's Python worker (it does not inherit the driver's)."""
+    logs.configure("INFO")

@@ -22,7 +22,8 @@ from relay.chaos.processes import (
     is_stopped,
     process_tree,
 )
-from relay.timing import Clock, wait_until
+from relay.errors import FaultSkipped
+from relay.runtime.clock import Clock, wait_until
 
 
 class FaultKind(StrEnum):
@@ -56,10 +57,6 @@ def plan_faults(count: int, kinds: Sequence[FaultKind], rng: random.Random) -> l
     rng.shuffle(first)
     rest = rng.choices(list(kinds), [WEIGHTS[k] for k in kinds], k=max(0, count - len(first)))
     return (first + rest)[:count]
-
-
-class FaultSkipped(Exception):
-    """The fault could not be injected (its target never came up in time)."""
 
 
 @dataclass(frozen=True, slots=True)

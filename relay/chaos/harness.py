@@ -16,47 +16,25 @@ import random
 import shutil
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 
 from sqlalchemy import create_engine
 
 from relay import devenv
-from relay.chaos import setup
+from relay.chaos import preparation
 from relay.chaos.checker import CheckResult
+from relay.chaos.checker_inputs import KafkaAccess, run_check
+from relay.chaos.config import ChaosConfig
+from relay.chaos.drain import drain
 from relay.chaos.faults import FaultContext, FaultKind, plan_faults
 from relay.chaos.injector import FaultInjector, FaultLog, FaultRecord
 from relay.chaos.processes import Supervisor
-from relay.chaos.readers import KafkaAccess, run_check
 from relay.chaos.servers import ChaosServers, remove_workdir, start_servers, stop_servers
-from relay.chaos.workload import MIRROR, Workload, WorkloadConfig, WorkloadStats
-from relay.errors import RelayError
+from relay.chaos.workload import MIRROR, Workload, WorkloadStats
 from relay.postgres.migrations import PROJECT_ROOT
-from relay.timing import Clock
-
-
-class ChaosError(RelayError):
-    """The chaos run could not finish (no verdict on the relay)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ChaosConfig:
-    faults: int = 200
-    seed: int = 7
-    duration_limit_s: float = 780.0
-    kinds: tuple[FaultKind, ...] = tuple(FaultKind)
-    workdir: Path | None = None
-    keep_workdir: bool = False
-    relay_partitions: int = 4
-    topic_partitions: int = 3
-    gap_s: tuple[float, float] = (0.3, 1.5)
-    warmup_s: float = 5.0
-    spark_every_s: tuple[float, float] = (10.0, 25.0)
-    mirror_pause_s: float = 15.0
-    drain_timeout_s: float = 240.0
-    synchronous_commit: bool = True
-    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+from relay.runtime.clock import Clock
 
 
 @dataclass
@@ -160,7 +138,7 @@ class ChaosRun:
 
     def _run_with(self, servers: ChaosServers, workdir: Path, started: float) -> ChaosReport:
         config = self._config
-        env = setup.Environment.create(servers, workdir, config, self._rng)
+        env = preparation.Environment.create(servers, workdir, config, self._rng)
         engine = create_engine(
             servers.database_url,
             pool_size=config.workload.writers + 2,
@@ -168,9 +146,9 @@ class ChaosRun:
             connect_args={"connect_timeout": 5},
         )
         try:
-            setup.prepare(env, engine, config)
+            preparation.prepare(env, engine, config)
             supervisor = Supervisor(workdir / "logs", self._clock)
-            setup.add_slots(supervisor, env, config, self._rng)
+            preparation.add_slots(supervisor, env, config, self._rng)
             plan = plan_faults(config.faults, list(config.kinds), self._rng)
             log_file = FaultLog(workdir / "faults.jsonl", self._emit, self._now)
             workload = Workload(engine, env.topic, config.workload, config.seed, self._clock)
@@ -185,7 +163,7 @@ class ChaosRun:
                 supervisor.shutdown()
                 log_file.close()
             self._emit("chaos: writers stopped; draining with relay run --once")
-            setup.drain(env, engine, config, clock=self._clock, emit=self._emit)
+            drain(env, engine, config, clock=self._clock, emit=self._emit)
             self._emit("chaos: checking")
             result = run_check(
                 engine,
@@ -220,8 +198,8 @@ class ChaosRun:
             clock=self._clock,
             rng=self._rng,
             relay_partitions=config.relay_partitions,
-            mirror_slots=setup.MIRROR_SLOTS,
-            spark_jobs=setup.TASK_STARTED,
+            mirror_slots=preparation.MIRROR_SLOTS,
+            spark_jobs=preparation.TASK_STARTED,
             restart_broker=lambda: _restart(devenv.restart_kafka, workdir, True),
             restart_database=lambda: _restart(devenv.restart_postgres, workdir, "immediate"),
             mirror_pause_s=config.mirror_pause_s,

@@ -14,7 +14,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
-from relay.chaos.faults import ACTIONS, FaultContext, FaultKind, FaultSkipped, Outcome
+from relay.chaos.faults import ACTIONS, FaultContext, FaultKind, Outcome
+from relay.errors import FaultSkipped
 
 
 @dataclass(frozen=True, slots=True)

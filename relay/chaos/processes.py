@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from relay.devenv.common import process_cmdline, process_stat, process_state
-from relay.timing import Clock
+from relay.devenv.processes import process_cmdline, process_stat, process_state
+from relay.runtime.clock import Clock
 
 log = logging.getLogger(__name__)
 

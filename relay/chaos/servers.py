@@ -16,8 +16,13 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from relay import devenv
-from relay.devenv.common import DEFAULT_DIRNAME, LOOPBACK, Ports, env_workdir
-from relay.devenv.kafka_setup import libs_dir, libs_resolved
+from relay.devenv.kafka_files import libs_dir, libs_resolved
+from relay.devenv.workdir import (
+    DEFAULT_DIRNAME,
+    LOOPBACK,
+    Ports,
+    env_workdir,
+)
 from relay.postgres.migrations import PROJECT_ROOT
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 import relay
-from relay.timing import Clock
+from relay.runtime.clock import Clock
 
 log = logging.getLogger(__name__)
 

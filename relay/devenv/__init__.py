@@ -5,10 +5,10 @@ default ``./.relay-dev``) and returns their :class:`Endpoints`; ``down()`` stops
 ``python -m relay.devenv up|down|status`` does the same from a shell.
 """
 
-from relay.secrets import mask_url
+from relay.errors import DevEnvError
+from relay.runtime.secrets import mask_url
 
-from .common import DevEnvError, Ports, configured_ports, resolve_workdir
-from .env import (
+from .environment import (
     DevEnvStatus,
     Endpoints,
     SaslEndpoint,
@@ -23,6 +23,7 @@ from .env import (
 )
 from .kafka import kafka_pid, restart_kafka, start_kafka, stop_kafka
 from .postgres import postgres_pid, restart_postgres, start_postgres, stop_postgres
+from .workdir import Ports, configured_ports, resolve_workdir
 
 __all__ = [
     "DevEnvError",

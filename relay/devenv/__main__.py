@@ -7,7 +7,9 @@ import logging
 import sys
 from pathlib import Path
 
-from . import DevEnvError, describe_endpoints, describe_status, down, status, up
+from relay.errors import DevEnvError
+
+from . import describe_endpoints, describe_status, down, status, up
 
 
 def main(argv: list[str] | None = None) -> int:

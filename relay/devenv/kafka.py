@@ -14,31 +14,10 @@ from pathlib import Path
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
-from relay.timing import Deadline
+from relay.errors import DevEnvError
+from relay.runtime.clock import Deadline
 
-from .common import (
-    DEFAULT_TIMEOUT,
-    ENV_CONTROLLER_PORT,
-    ENV_KAFKA_PORT,
-    ENV_KAFKA_SASL_PORT,
-    LOOPBACK,
-    DevEnvError,
-    Ports,
-    configured_ports,
-    failure,
-    pid_alive,
-    port_open,
-    process_cmdline,
-    read_pid,
-    read_state,
-    resolve_workdir,
-    spawn_detached,
-    terminate,
-    wait_for,
-    workdir_lock,
-    write_state,
-)
-from .kafka_setup import (
+from .kafka_files import (
     JVM_OPTS,
     SASL_LISTENER,
     SASL_MECHANISM,
@@ -57,6 +36,29 @@ from .kafka_setup import (
     sasl_port,
     server_log,
     write_properties,
+)
+from .processes import (
+    failure,
+    pid_alive,
+    port_open,
+    process_cmdline,
+    read_pid,
+    spawn_detached,
+    terminate,
+    wait_for,
+)
+from .workdir import (
+    DEFAULT_TIMEOUT,
+    ENV_CONTROLLER_PORT,
+    ENV_KAFKA_PORT,
+    ENV_KAFKA_SASL_PORT,
+    LOOPBACK,
+    Ports,
+    configured_ports,
+    read_state,
+    resolve_workdir,
+    workdir_lock,
+    write_state,
 )
 
 log = logging.getLogger("relay.devenv.kafka")

@@ -15,24 +15,9 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from .common import (
-    DEFAULT_TIMEOUT,
-    ENV_PG_PORT,
-    LOOPBACK,
-    DevEnvError,
-    configured_ports,
-    failure,
-    pid_alive,
-    port_open,
-    process_cmdline,
-    read_pid,
-    read_state,
-    resolve_workdir,
-    wait_for,
-    workdir_lock,
-    write_state,
-)
-from .pg_cluster import (
+from relay.errors import DevEnvError
+
+from .postgres_files import (
     SUPERUSER,
     ClusterPaths,
     OsUser,
@@ -43,6 +28,24 @@ from .pg_cluster import (
     prepare_root,
     run_as,
     write_config,
+)
+from .processes import (
+    failure,
+    pid_alive,
+    port_open,
+    process_cmdline,
+    read_pid,
+    wait_for,
+)
+from .workdir import (
+    DEFAULT_TIMEOUT,
+    ENV_PG_PORT,
+    LOOPBACK,
+    configured_ports,
+    read_state,
+    resolve_workdir,
+    workdir_lock,
+    write_state,
 )
 
 log = logging.getLogger("relay.devenv.postgres")

@@ -1,1 +1,1 @@
-"""Kafka edge of the relay (confluent-kafka / librdkafka)."""
+"""The Kafka adapter, for every direction: the only package that imports confluent-kafka."""

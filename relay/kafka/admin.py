@@ -11,7 +11,6 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from relay.config import KafkaSettings
 from relay.errors import (
     BrokerUnreachableError,
     ConfigurationError,
@@ -19,9 +18,10 @@ from relay.errors import (
     KafkaError,
 )
 from relay.kafka.errors import kafka_reason, lib_error
-from relay.logs import LIBRDKAFKA_LOGGER
-from relay.secrets import is_sensitive_property, mask_text
-from relay.timing import Deadline
+from relay.runtime.clock import Deadline
+from relay.runtime.logs import LIBRDKAFKA_LOGGER
+from relay.runtime.secrets import is_sensitive_property, mask_text
+from relay.settings.relay import KafkaSettings
 
 _log = logging.getLogger(LIBRDKAFKA_LOGGER)
 

@@ -16,7 +16,6 @@ from functools import partial
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka import KafkaError as LibKafkaError
 
-from relay.config import RelaySettings
 from relay.errors import (
     ConfigurationError,
     KafkaError,
@@ -27,8 +26,9 @@ from relay.errors import (
 from relay.kafka.admin import admin_client
 from relay.kafka.errors import kafka_reason, lib_error, translate
 from relay.kafka.topics import TOPIC_MISSING, TopicGuard
-from relay.logs import LIBRDKAFKA_LOGGER
-from relay.types import OutboxRecord
+from relay.publishing.types import OutboxRecord
+from relay.runtime.logs import LIBRDKAFKA_LOGGER
+from relay.settings.relay import RelaySettings
 
 log = logging.getLogger(__name__)
 # librdkafka's own log lines go through logging (and its secret filter), not raw stderr.
@@ -61,7 +61,7 @@ def record_headers(record: OutboxRecord) -> list[tuple[str, str | bytes | None]]
 
 
 class KafkaTransactionalPublisher:
-    """Implements :class:`relay.core.ports.TransactionalPublisher` with librdkafka."""
+    """Implements :class:`relay.publishing.ports.TransactionalPublisher` with librdkafka."""
 
     def __init__(self, settings: RelaySettings, partition: int) -> None:
         self._settings = settings

@@ -20,7 +20,7 @@ from confluent_kafka.admin._resource import ResourceType
 
 from relay.errors import RetriableError, TopicMissingError
 from relay.kafka.errors import translate
-from relay.types import OutboxRecord
+from relay.publishing.types import OutboxRecord
 
 log = logging.getLogger(__name__)
 

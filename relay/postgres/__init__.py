@@ -1,1 +1,2 @@
-"""PostgreSQL edge of the relay (SQLAlchemy 2 + psycopg 3)."""
+"""The PostgreSQL adapter, for every direction: the only package that imports SQLAlchemy,
+psycopg or Alembic."""

@@ -11,8 +11,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 
 from relay.errors import ConfigurationError, MigrationsNotAppliedError
-from relay.postgres.database import database_errors
-from relay.secrets import Secret
+from relay.postgres.engine import database_errors
+from relay.runtime.secrets import Secret
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 ALEMBIC_INI = PROJECT_ROOT / "alembic.ini"

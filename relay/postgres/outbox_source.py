@@ -7,10 +7,10 @@ from contextlib import contextmanager
 
 from sqlalchemy import Connection, Engine, text
 
-from relay.outbox import decode_headers
-from relay.postgres.database import database_errors
-from relay.secrets import Secret
-from relay.types import OutboxRecord
+from relay.postgres.engine import database_errors
+from relay.publishing.events import decode_headers
+from relay.publishing.types import OutboxRecord
+from relay.runtime.secrets import Secret
 
 _FETCH = text(
     """
@@ -41,7 +41,7 @@ _MAX_SEQ = 2**63 - 1
 
 
 class PostgresOutboxSource:
-    """Implements :class:`relay.core.ports.OutboxSource` on the ``outbox`` table."""
+    """Implements :class:`relay.publishing.ports.OutboxSource` on the ``outbox`` table."""
 
     def __init__(self, engine: Engine, url: Secret) -> None:
         self._engine = engine

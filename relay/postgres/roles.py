@@ -8,8 +8,8 @@ from pathlib import Path
 from sqlalchemy import Engine, text
 
 from relay.errors import ConfigurationError
-from relay.postgres.database import database_errors
-from relay.secrets import Secret
+from relay.postgres.engine import database_errors
+from relay.runtime.secrets import Secret
 
 ROLES_SQL = Path(__file__).with_name("roles.sql")
 MIRROR_ROLE = "outbox_mirror"

@@ -16,7 +16,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
 from relay.postgres import migrations
-from relay.secrets import Secret
+from relay.runtime.secrets import Secret
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,7 @@ from confluent_kafka.cimpl import NewTopic
 import relay
 from relay.kafka.publisher import record_headers
 from relay.kafka.topics import single_record_batch_size
-from relay.types import OutboxRecord
+from relay.publishing.types import OutboxRecord
 from tests.integration.support import (
     RelayTestEnv,
     assert_exactly_once_in_order,

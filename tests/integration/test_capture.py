@@ -8,13 +8,13 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from sqlalchemy.pool import NullPool
 
 import relay
-from relay.partitioning import partition_of
 from tests.integration.support import (
     RelayTestEnv,
     assert_exactly_once_in_order,
     read_committed,
     run_relay,
 )
+from tests.partitioning import partition_of
 
 
 class Base(DeclarativeBase):

@@ -15,9 +15,9 @@ from confluent_kafka import Producer
 from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
-from relay.chaos.setup import write_mapping
+from relay.chaos.preparation import write_mapping
 from relay.chaos.workload import MIRROR, Workload, WorkloadConfig, create_schema
-from relay.timing import SystemClock
+from relay.runtime.clock import SystemClock
 from tests.integration.support import (
     PROJECT_ROOT,
     RelayTestEnv,

@@ -14,7 +14,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
 from relay import devenv
-from relay.devenv import Endpoints, SaslEndpoint, kafka_setup
+from relay.devenv import Endpoints, SaslEndpoint, kafka_files
 
 
 @pytest.fixture
@@ -82,10 +82,10 @@ def test_outdated_broker_configuration_is_detected(tmp_path: Path) -> None:
     (start_kafka compares the file with what it would write now)."""
     ports = devenv.Ports(postgres=1, kafka=2, kafka_controller=3, kafka_sasl=4)
     (tmp_path / "kafka").mkdir()
-    props = kafka_setup.write_properties(tmp_path, ports)
+    props = kafka_files.write_properties(tmp_path, ports)
     assert props.stat().st_mode & 0o077 == 0  # it holds the SASL passwords
-    assert kafka_setup.properties_current(tmp_path, ports)
-    assert kafka_setup.sasl_port(tmp_path) == 4
+    assert kafka_files.properties_current(tmp_path, ports)
+    assert kafka_files.sasl_port(tmp_path) == 4
     assert 'user_relay="relay-dev-secret"' in props.read_text()
     old = [
         line.replace(",SASL_PLAINTEXT://127.0.0.1:4", "")
@@ -93,13 +93,13 @@ def test_outdated_broker_configuration_is_detected(tmp_path: Path) -> None:
         if not line.startswith("listener.name.")
     ]
     props.write_text("\n".join(old) + "\n")
-    assert not kafka_setup.properties_current(tmp_path, ports)
-    assert kafka_setup.sasl_port(tmp_path) is None
-    assert not kafka_setup.properties_current(tmp_path / "missing", ports)
+    assert not kafka_files.properties_current(tmp_path, ports)
+    assert kafka_files.sasl_port(tmp_path) is None
+    assert not kafka_files.properties_current(tmp_path / "missing", ports)
 
 
 def test_cluster_ids_never_look_like_options() -> None:
-    assert not any(kafka_setup.new_cluster_id().startswith("-") for _ in range(2000))
+    assert not any(kafka_files.new_cluster_id().startswith("-") for _ in range(2000))
 
 
 def test_storage_formats_with_a_cluster_id_that_starts_with_a_dash(
@@ -108,14 +108,14 @@ def test_storage_formats_with_a_cluster_id_that_starts_with_a_dash(
     """A random base64 id starts with ``-`` one time in 64; the StorageTool call must still
     read it as the id, not as an option."""
     (tmp_path / "kafka").mkdir()
-    kafka_setup.libs_dir(tmp_path).symlink_to(kafka_setup.libs_dir(local_workdir))
+    kafka_files.libs_dir(tmp_path).symlink_to(kafka_files.libs_dir(local_workdir))
     ports = devenv.Ports(postgres=1, kafka=2, kafka_controller=3, kafka_sasl=4)
-    props = kafka_setup.write_properties(tmp_path, ports)
+    props = kafka_files.write_properties(tmp_path, ports)
     cluster_id = "-0nV_g71SxCBsjcrQw56lw"
 
-    kafka_setup.format_storage(tmp_path, props, timeout=120, cluster_id=cluster_id)
+    kafka_files.format_storage(tmp_path, props, timeout=120, cluster_id=cluster_id)
 
-    meta = (kafka_setup.kafka_dir(tmp_path) / "data" / "meta.properties").read_text()
+    meta = (kafka_files.kafka_dir(tmp_path) / "data" / "meta.properties").read_text()
     assert f"cluster.id={cluster_id}" in meta
 
 

@@ -8,7 +8,7 @@ from sqlalchemy.pool import NullPool
 
 import relay
 from relay.postgres import migrations
-from relay.secrets import Secret
+from relay.runtime.secrets import Secret
 
 _TRIGGER_FUNCTIONS = ("outbox_assign_partition", "outbox_sequence_at_commit")
 

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 import relay
 from relay.postgres.outbox_source import PostgresOutboxSource
-from relay.secrets import Secret
+from relay.runtime.secrets import Secret
 from tests.integration.support import (
     RelayTestEnv,
     assert_exactly_once_in_order,

@@ -1,0 +1,28 @@
+"""What a chaos run does: how many faults of which kinds, the workload, the pacing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from relay.chaos.faults import FaultKind
+from relay.chaos.workload import WorkloadConfig
+
+
+@dataclass(frozen=True, slots=True)
+class ChaosConfig:
+    faults: int = 200
+    seed: int = 7
+    duration_limit_s: float = 780.0
+    kinds: tuple[FaultKind, ...] = tuple(FaultKind)
+    workdir: Path | None = None
+    keep_workdir: bool = False
+    relay_partitions: int = 4
+    topic_partitions: int = 3
+    gap_s: tuple[float, float] = (0.3, 1.5)
+    warmup_s: float = 5.0
+    spark_every_s: tuple[float, float] = (10.0, 25.0)
+    mirror_pause_s: float = 15.0
+    drain_timeout_s: float = 240.0
+    synchronous_commit: bool = True
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)

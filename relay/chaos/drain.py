@@ -1,0 +1,87 @@
+"""The end of a chaos run: drain the outbox and the topic with ``--once`` runs."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from sqlalchemy import Engine, text
+
+from relay.chaos.config import ChaosConfig
+from relay.chaos.preparation import Environment, relay_cli
+from relay.errors import DrainError
+from relay.postgres.migrations import PROJECT_ROOT
+from relay.runtime.clock import Clock, Deadline
+
+
+def _run_until(
+    argv: Sequence[str],
+    *,
+    env: Environment,
+    done: Callable[[int], bool],
+    deadline: Deadline,
+    clock: Clock,
+    log_path: Path,
+) -> int:
+    attempts = 0
+    while True:
+        attempts += 1
+        remaining = deadline.remaining()
+        if remaining <= 0:
+            raise DrainError(f"{' '.join(argv[2:])} did not drain in time; see {log_path}")
+        with log_path.open("ab") as out:
+            try:
+                code = subprocess.run(
+                    list(argv),
+                    env=env.env(),
+                    cwd=PROJECT_ROOT,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    timeout=remaining,
+                    check=False,
+                ).returncode
+            except subprocess.TimeoutExpired:
+                code = -1
+        if done(code):
+            return attempts
+        clock.wait(1.0)
+
+
+def drain(
+    env: Environment,
+    engine: Engine,
+    config: ChaosConfig,
+    *,
+    clock: Clock,
+    emit: Callable[[str], None],
+) -> None:
+    """Publish and mirror everything that was committed (every process is stopped)."""
+    deadline = Deadline(config.drain_timeout_s, clock)
+    logs = env.workdir / "logs"
+
+    def outbox_empty(code: int) -> bool:
+        if code != 0:
+            return False
+        with engine.connect() as conn:
+            return int(conn.execute(text("SELECT count(*) FROM outbox")).scalar_one()) == 0
+
+    runs = _run_until(
+        relay_cli("run", "--once"),
+        env=env,
+        done=outbox_empty,
+        deadline=deadline,
+        clock=clock,
+        log_path=logs / "drain-relay.log",
+    )
+    emit(f"chaos: outbox drained ({runs} relay run --once)")
+    runs = _run_until(
+        relay_cli("mirror", "--once"),
+        env=env,
+        done=lambda c: c == 0,
+        deadline=deadline,
+        clock=clock,
+        log_path=logs / "drain-mirror.log",
+    )
+    emit(f"chaos: mirror drained ({runs} relay mirror --once)")

@@ -1,0 +1,166 @@
+"""Setting up a chaos run: its database, topic and mapping, and the processes under test."""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+from sqlalchemy import Engine, text
+
+from relay.chaos.config import ChaosConfig
+from relay.chaos.processes import Command, Slot, Supervisor
+from relay.chaos.servers import ChaosServers
+from relay.chaos.workload import MIRROR, TOPIC, create_schema
+from relay.errors import RelayError
+from relay.postgres import migrations
+from relay.postgres.migrations import PROJECT_ROOT
+from relay.runtime.secrets import Secret
+
+SPARK_JOB = PROJECT_ROOT / "jobs" / "outbox_relay.py"
+MIRROR_JOB = PROJECT_ROOT / "jobs" / "mirror.py"
+MIRROR_SLOTS = ("mirror-1", "mirror-2")
+# What a Spark job's log shows once its tasks work: a relay task fenced its partition,
+# a mirror task was assigned its Kafka partition.
+TASK_STARTED = {"spark": "fenced, position", "spark-mirror": "assigned "}
+MIRROR_GROUP = "chaos-mirror"
+# The group notices a paused (SIGSTOP) mirror consumer after 6 s, the broker's minimum.
+MIRROR_KAFKA_PROPERTIES = "session.timeout.ms=6000;heartbeat.interval.ms=1000"
+# Relay settings of the processes under test: small batches (many transactions, many
+# crash points) and a short transaction timeout, so that the open transaction of a
+# killed relay does not hold read_committed consumers for long.
+RELAY_SETTINGS = {
+    "RELAY_BATCH_SIZE": "100",
+    "RELAY_POLL_INTERVAL_S": "0.1",
+    "RELAY_TRANSACTION_TIMEOUT_MS": "10000",
+    "RELAY_KAFKA_TIMEOUT_S": "5",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Environment:
+    servers: ChaosServers
+    workdir: Path
+    topic: str
+    prefix: str
+
+    @classmethod
+    def create(
+        cls, servers: ChaosServers, workdir: Path, config: ChaosConfig, rng: random.Random
+    ) -> Environment:
+        (workdir / "traps").mkdir(exist_ok=True)
+        return cls(servers, workdir, TOPIC, f"chaos-{config.seed}-{rng.randrange(16**6):06x}")
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
+        env.update(
+            RELAY_DATABASE_URL=self.servers.database_url,
+            RELAY_KAFKA_BOOTSTRAP_SERVERS=self.servers.bootstrap_servers,
+            RELAY_TRANSACTIONAL_ID_PREFIX=self.prefix,
+            RELAY_POSITIONS_TOPIC=f"{self.prefix}-positions",
+            RELAY_POSITIONS_GROUP=f"{self.prefix}-positions",
+            **RELAY_SETTINGS,
+        )
+        env.update(RELAY_MIRROR_CONFIG=str(self.mapping), RELAY_MIRROR_GROUP=MIRROR_GROUP)
+        env.update(extra)
+        return env
+
+    @property
+    def mapping(self) -> Path:
+        return self.workdir / "mirror.toml"
+
+    def trap(self, name: str, incarnation: int) -> Path:
+        path = self.workdir / "traps" / f"{name}.{incarnation:04d}"
+        path.touch()  # exists: the failpoint does not fire until the file is deleted
+        return path
+
+
+def relay_cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "relay.cli", *args]
+
+
+def write_mapping(path: Path, topic: str) -> None:
+    path.write_text(
+        "# Written by relay chaos: the workload's events mirrored into the mirror table.\n"
+        "[[tables]]\n"
+        f'table = "{MIRROR}"\n'
+        f'topics = ["{topic}"]\n'
+        'key = { column = "key" }\n'
+        'version = { column = "version", source = "field:version" }\n'
+        "[tables.columns]\n"
+        'balance = "balance"\n',
+        encoding="utf-8",
+    )
+
+
+def prepare(env: Environment, engine: Engine, config: ChaosConfig) -> None:
+    """Migrate, create the workload's tables, the topic and the mirror mapping."""
+    # The development servers acknowledge commits before the WAL is flushed; by default
+    # this database does not (what production runs), so a crash loses no commit that
+    # the relay may already have published.
+    setting = "on" if config.synchronous_commit else "off"
+    with engine.begin() as conn:
+        conn.execute(text(f"ALTER DATABASE relay SET synchronous_commit = {setting}"))
+    migrations.upgrade(Secret(env.servers.database_url))
+    with engine.begin() as conn:
+        conn.execute(
+            text("UPDATE outbox_settings SET partitions = :n"), {"n": config.relay_partitions}
+        )
+    create_schema(engine, config.workload.keys)
+    admin = AdminClient({"bootstrap.servers": env.servers.bootstrap_servers})
+    futures = admin.create_topics(
+        [NewTopic(env.topic, config.topic_partitions, 1)], operation_timeout=30
+    )
+    try:
+        futures[env.topic].result(timeout=60)
+    except KafkaException as exc:
+        raise RelayError(f"cannot create topic {env.topic}: {exc}") from None
+    write_mapping(env.mapping, env.topic)
+
+
+def add_slots(
+    supervisor: Supervisor,
+    env: Environment,
+    config: ChaosConfig,
+    rng: random.Random,
+) -> None:
+    def relay(incarnation: int) -> Command:
+        trap = env.trap("relay", incarnation)
+        failpoint = f"before_commit=stop,once={trap}"
+        return Command(relay_cli("run"), env.env(RELAY_FAILPOINTS=failpoint), PROJECT_ROOT, trap)
+
+    supervisor.add(Slot("relay", relay, lambda: 0.5))
+    for name in MIRROR_SLOTS:
+        supervisor.add(Slot(name, _mirror_command(env, name), lambda: 0.5))
+    for name, job in (("spark", SPARK_JOB), ("spark-mirror", MIRROR_JOB)):
+        slot = Slot(name, _job_command(env, job), lambda: rng.uniform(*config.spark_every_s))
+        slot.next_start = supervisor.clock.monotonic() + rng.uniform(*config.spark_every_s)
+        supervisor.add(slot)
+
+
+def _job_command(env: Environment, job: Path) -> Callable[[int], Command]:
+    def command(_incarnation: int) -> Command:
+        # local[2,3]: two task slots, a failed task (a killed Python worker) runs again
+        return Command(
+            [sys.executable, str(job), "--master", "local[2,3]"], env.env(), PROJECT_ROOT
+        )
+
+    return command
+
+
+def _mirror_command(env: Environment, name: str) -> Callable[[int], Command]:
+    def command(incarnation: int) -> Command:
+        trap = env.trap(name, incarnation)
+        extra = {
+            "RELAY_FAILPOINTS": f"mirror_after_apply=stop,once={trap}",
+            "RELAY_KAFKA_PROPERTIES": MIRROR_KAFKA_PROPERTIES,
+        }
+        return Command(relay_cli("mirror"), env.env(**extra), PROJECT_ROOT, trap)
+
+    return command

@@ -1,0 +1,137 @@
+"""`relay chaos` (workload + faults + checker) and `relay chaos check` (the checker alone)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from relay.chaos.checker_inputs import check
+from relay.chaos.config import ChaosConfig
+from relay.chaos.faults import FaultKind
+from relay.chaos.harness import ChaosRun
+from relay.chaos.workload import MIRROR, TOPIC, WorkloadConfig
+from relay.cli.signals import interrupt_on_sigterm
+from relay.errors import ChaosError, ConfigurationError, DevEnvError
+from relay.runtime.clock import SystemClock
+from relay.settings.flags import add_connection_flags, relay_settings_from_args
+
+ANOMALIES_EXIT_CODE = 1
+
+
+def _kinds(text: str) -> tuple[FaultKind, ...]:
+    try:
+        return tuple(FaultKind(part.strip()) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected fault kinds out of {', '.join(k.value for k in FaultKind)}"
+        ) from None
+
+
+def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
+    chaos = subparsers.add_parser(
+        "chaos",
+        help="prove exactly-once under faults: workload, faults and an independent checker",
+        description="Runs its own PostgreSQL and Kafka (free ports, a working directory of "
+        "its own), writers through the write API, `relay run`, `relay mirror` and runs of "
+        "both Spark jobs; injects faults; drains; checks. Exit 0 only when the checker "
+        "finds nothing lost, duplicated, out of order, wrongly visible or mirrored wrong.",
+    )
+    chaos.add_argument("--faults", type=int, default=200, help="faults to inject [200]")
+    chaos.add_argument("--seed", type=int, default=7, help="seed of workload and faults [7]")
+    chaos.add_argument(
+        "--duration-limit",
+        type=float,
+        default=780.0,
+        metavar="SECONDS",
+        help="stop injecting faults after this long [780]",
+    )
+    chaos.add_argument(
+        "--kinds",
+        type=_kinds,
+        default=tuple(FaultKind),
+        metavar="K,K,...",
+        help="fault kinds (default all): " + ", ".join(k.value for k in FaultKind),
+    )
+    chaos.add_argument("--writers", type=int, default=6, help="writer threads [6]")
+    chaos.add_argument(
+        "--workdir",
+        type=Path,
+        help="servers, logs and faults.jsonl (default .relay-dev/chaos/run-<time>)",
+    )
+    chaos.add_argument(
+        "--keep-workdir",
+        action="store_true",
+        help="keep server data and process logs after a passing run",
+    )
+    chaos.add_argument(
+        "--synchronous-commit",
+        choices=["on", "off"],
+        default="on",
+        help="synchronous_commit of the outbox database [on]; with off, a PostgreSQL crash "
+        "loses commits the relay may already have published (see docs/chaos.md)",
+    )
+    chaos.add_argument("--report", type=Path, metavar="FILE", help="write a JSON report")
+    chaos.set_defaults(handler=_cmd_chaos)
+
+    actions = chaos.add_subparsers(dest="chaos_action", metavar="ACTION")
+    check = actions.add_parser(
+        "check",
+        help="the independent checker alone",
+        description="Reads the topic from the beginning (read_committed) and the workload's "
+        "ledger, accounts and mirror tables; prints one summary line; exit 0 only when "
+        "every count is zero.",
+    )
+    check.add_argument("--topic", default=TOPIC, help=f"the workload's topic [{TOPIC}]")
+    check.add_argument(
+        "--mirror-table",
+        default=None,
+        metavar="TABLE",
+        help=f"compare this mirrored table with the accounts, e.g. {MIRROR} (default: skip)",
+    )
+    check.add_argument(
+        "--timeout", type=float, default=120.0, metavar="SECONDS", help="reading limit [120]"
+    )
+    add_connection_flags(check)
+    check.set_defaults(handler=_cmd_check)
+
+
+def _cmd_chaos(args: argparse.Namespace) -> int:
+    if args.faults < 0 or args.writers < 1 or args.duration_limit <= 0:
+        raise ConfigurationError("--faults >= 0, --writers >= 1 and --duration-limit > 0")
+    config = ChaosConfig(
+        faults=args.faults,
+        seed=args.seed,
+        duration_limit_s=args.duration_limit,
+        kinds=args.kinds,
+        workdir=args.workdir,
+        keep_workdir=args.keep_workdir,
+        workload=WorkloadConfig(writers=args.writers),
+        synchronous_commit=args.synchronous_commit == "on",
+    )
+    run = ChaosRun(config, _print, SystemClock(), lambda: datetime.now(UTC))
+    interrupt_on_sigterm()  # stop processes and servers on the way out
+    try:
+        report = run.run()
+    except DevEnvError as exc:
+        raise ChaosError(f"the chaos run's own servers failed: {exc}") from None
+    for line in report.lines():
+        print(line, flush=True)
+    if args.report is not None:
+        args.report.write_text(json.dumps(report.as_json(), indent=2) + "\n")
+    return 0 if report.ok else ANOMALIES_EXIT_CODE
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    result = check(relay_settings_from_args(args), args.topic, args.mirror_table, args.timeout)
+    for kind, examples in sorted(result.examples.items()):
+        for example in examples:
+            print(f"  {kind}: {example}")
+    print(result.summary_line(), flush=True)
+    return 0 if result.ok else ANOMALIES_EXIT_CODE
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)

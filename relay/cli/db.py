@@ -1,0 +1,71 @@
+"""`relay db`: migrations (upgrade, downgrade, current) and the least-privilege roles."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+from relay.commands import db
+from relay.runtime.secrets import mask_url
+from relay.settings.flags import add_connection_flags, database_url_from_args
+
+log = logging.getLogger("relay")
+
+
+def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
+    parser = subparsers.add_parser("db", help="database schema (Alembic migrations)")
+    actions = parser.add_subparsers(dest="db_command", required=True, metavar="ACTION")
+    upgrade = actions.add_parser("upgrade", help="apply migrations")
+    upgrade.add_argument("revision", nargs="?", default="head")
+    upgrade.set_defaults(handler=_upgrade)
+    downgrade = actions.add_parser("downgrade", help="revert migrations")
+    downgrade.add_argument("revision", help="target revision, e.g. base or -1")
+    downgrade.set_defaults(handler=_downgrade)
+    current = actions.add_parser("current", help="show the applied revision")
+    current.set_defaults(handler=_current)
+    roles = actions.add_parser(
+        "roles",
+        help="create the least-privilege roles outbox_writer, outbox_relay, outbox_mirror "
+        "(if missing) and grant them what they need",
+    )
+    roles.add_argument(
+        "--mirror-tables",
+        type=lambda text: [t.strip() for t in text.split(",") if t.strip()],
+        default=[],
+        metavar="T,T,...",
+        help="also let outbox_mirror write these mirrored tables",
+    )
+    roles.set_defaults(handler=_roles)
+    for action in (upgrade, downgrade, current, roles):
+        add_connection_flags(action, kafka=False)
+
+
+def _upgrade(args: argparse.Namespace) -> int:
+    url = database_url_from_args(args)
+    db.upgrade(url, args.revision)
+    log.info("database %s upgraded to %s", mask_url(url.reveal()), args.revision)
+    return 0
+
+
+def _downgrade(args: argparse.Namespace) -> int:
+    url = database_url_from_args(args)
+    db.downgrade(url, args.revision)
+    log.info("database %s downgraded to %s", mask_url(url.reveal()), args.revision)
+    return 0
+
+
+def _current(args: argparse.Namespace) -> int:
+    revision = db.current(database_url_from_args(args))
+    state = "up to date" if revision.up_to_date else f"needs upgrade to {revision.head}"
+    print(f"{revision.current or '(empty)'} ({state})")
+    return 0
+
+
+def _roles(args: argparse.Namespace) -> int:
+    url = database_url_from_args(args)
+    db.roles(url, args.mirror_tables)
+    log.info(
+        "roles outbox_writer, outbox_relay, outbox_mirror granted on %s", mask_url(url.reveal())
+    )
+    return 0

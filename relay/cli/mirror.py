@@ -1,0 +1,71 @@
+"""`relay mirror`: apply Kafka topics to PostgreSQL tables, continuously, ``--once`` or
+``--lag``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+from relay.cli.signals import stop_on_signals
+from relay.commands.mirror import MirrorService, lag_report
+from relay.mirroring.types import MirrorSummary
+from relay.settings.flags import (
+    add_connection_flags,
+    add_mirror_flags,
+    add_once_flag,
+    mirror_settings_from_args,
+)
+
+log = logging.getLogger("relay")
+
+
+def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "mirror", help="apply Kafka topics to PostgreSQL tables exactly once"
+    )
+    mode = parser.add_mutually_exclusive_group()
+    add_once_flag(mode, "apply everything committed up to the last stable offsets when it started")
+    mode.add_argument(
+        "--lag",
+        action="store_true",
+        help="print each partition's stored offset, last stable offset and lag, then exit",
+    )
+    add_connection_flags(parser)
+    add_mirror_flags(parser)
+    parser.set_defaults(handler=_mirror)
+
+
+def _mirror(args: argparse.Namespace) -> int:
+    settings = mirror_settings_from_args(args)
+    if args.lag:
+        print(f"{'topic':<30} {'partition':>9} {'applied up to':>13} {'stable':>10} {'lag':>8}")
+        for row in lag_report(settings):
+            applied = "-" if row.next_offset is None else str(row.next_offset)
+            print(
+                f"{row.topic:<30} {row.partition:>9} {applied:>13} "
+                f"{row.last_stable_offset:>10} {row.lag:>8}"
+            )
+        return 0
+    log.info("starting mirror: %s", settings.describe())
+    service = MirrorService(settings)
+    stop_on_signals(service.stop_event.set, "applying what is fetched, then stopping")
+    summary = service.run(once=args.once)
+    print(describe_summary(summary))
+    return 0
+
+
+def describe_summary(summary: MirrorSummary) -> str:
+    conflicts = summary.total("conflicts")
+    lines = [
+        f"mirrored {summary.total('applied')} records, dead-lettered "
+        f"{summary.total('dead_lettered')}, skipped {summary.total('skipped')} "
+        "(other event types)" + (f", {conflicts} offset conflicts" if conflicts else "")
+    ]
+    for p in summary.partitions:
+        offset = "-" if p.next_offset is None else str(p.next_offset)
+        lines.append(
+            f"  {p.topic}[{p.partition}]: applied {p.applied}, dead-lettered "
+            f"{p.dead_lettered}, next offset {offset}"
+        )
+    return "\n".join(lines)

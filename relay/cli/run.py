@@ -1,0 +1,44 @@
+"""`relay run`: publish committed outbox rows to Kafka, continuously or ``--once``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+from relay.cli.signals import stop_on_signals
+from relay.commands.run import ProcessRelay
+from relay.settings.flags import (
+    add_connection_flags,
+    add_once_flag,
+    add_relay_flags,
+    relay_settings_from_args,
+)
+
+log = logging.getLogger("relay")
+
+
+def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "run", help="publish committed outbox rows to Kafka"
+    )
+    add_once_flag(parser, "publish everything committed when it started")
+    add_connection_flags(parser)
+    add_relay_flags(parser)
+    parser.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    settings = relay_settings_from_args(args)
+    log.info("starting: %s", settings.describe())
+    relay = ProcessRelay(settings, args.partitions)
+    stop_on_signals(relay.stop_event.set)
+    summary = relay.run(once=args.once)
+    log.info(
+        "published %d records (%s)",
+        summary.total("records"),
+        ", ".join(
+            f"p{r.partition}: {r.records} up to seq {r.position}" for r in summary.partitions
+        ),
+    )
+    return 0

@@ -1,0 +1,48 @@
+"""``relay db``: the outbox schema (Alembic migrations) and the least-privilege roles."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from relay.postgres import migrations
+from relay.postgres.engine import make_engine
+from relay.postgres.roles import grant_roles
+from relay.runtime.secrets import Secret
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaRevision:
+    current: str | None  # None: no migration applied
+    head: str
+
+    @property
+    def up_to_date(self) -> bool:
+        return self.current == self.head
+
+
+def upgrade(url: Secret, revision: str = "head") -> None:
+    migrations.upgrade(url, revision)
+
+
+def downgrade(url: Secret, revision: str) -> None:
+    migrations.downgrade(url, revision)
+
+
+def current(url: Secret) -> SchemaRevision:
+    engine = make_engine(url, pool_size=1)
+    try:
+        applied = migrations.current_revision(engine, url)
+    finally:
+        engine.dispose()
+    return SchemaRevision(applied, migrations.head_revision(url))
+
+
+def roles(url: Secret, mirror_tables: Sequence[str] = ()) -> None:
+    """Create outbox_writer, outbox_relay and outbox_mirror if missing and grant them what
+    they need (``mirror_tables``: the tables outbox_mirror may also write)."""
+    engine = make_engine(url, pool_size=1)
+    try:
+        grant_roles(engine, url, mirror_tables)
+    finally:
+        engine.dispose()

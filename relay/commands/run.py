@@ -1,0 +1,192 @@
+"""The relay as a typed API: start-up checks and running relay partitions.
+
+`relay run` (threads in one process) and the Spark job (one task per relay partition)
+both build :class:`~relay.publishing.partition_relay.PartitionRelay` objects here.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from typing import TYPE_CHECKING
+
+from relay.errors import ConfigurationError, RetriableError
+from relay.kafka.admin import admin_client, check_broker, ensure_positions_topic
+from relay.kafka.publisher import KafkaTransactionalPublisher
+from relay.postgres.engine import database_errors, make_engine
+from relay.postgres.migrations import check_schema
+from relay.postgres.outbox_source import PostgresOutboxSource, relay_partitions
+from relay.publishing.partition_relay import PartitionRelay
+from relay.publishing.types import DrainResult
+from relay.runtime.clock import Clock, SystemClock
+from relay.runtime.failpoints import Failpoints
+from relay.runtime.retry import RetryPolicy
+from relay.runtime.summary import RunSummary
+from relay.settings.relay import RelaySettings
+
+if TYPE_CHECKING:  # commands use the PostgreSQL adapter's engines, never SQLAlchemy itself
+    from sqlalchemy import Engine
+
+log = logging.getLogger(__name__)
+
+
+def check_environment(settings: RelaySettings, engine: Engine) -> int:
+    """Fail fast on an unreachable database or broker, or a schema that is not current.
+
+    Creates the positions topic when it is missing. Returns the relay partition count.
+    """
+    with database_errors(settings.database_url, "connecting"), engine.connect():
+        pass
+    check_schema(engine, settings.database_url)
+    partitions = relay_partitions(engine, settings.database_url)
+    admin = admin_client(settings.kafka)
+    check_broker(admin, settings.kafka)
+    ensure_positions_topic(
+        admin, settings.positions_topic, partitions, settings.kafka.request_timeout_s
+    )
+    return partitions
+
+
+def select_partitions(requested: Sequence[int] | None, partitions: int) -> list[int]:
+    if not requested:
+        return list(range(partitions))
+    unknown = sorted(p for p in requested if not 0 <= p < partitions)
+    if unknown:
+        raise ConfigurationError(
+            f"relay partition {unknown[0]} does not exist (the outbox has {partitions}: "
+            f"0..{partitions - 1})"
+        )
+    return sorted(set(requested))
+
+
+def build_partition_relay(
+    settings: RelaySettings,
+    partition: int,
+    engine: Engine,
+    *,
+    retry: RetryPolicy | None = None,
+    clock: Clock | None = None,
+) -> PartitionRelay:
+    return PartitionRelay(
+        partition,
+        PostgresOutboxSource(engine, settings.database_url),
+        KafkaTransactionalPublisher(settings, partition),
+        batch_size=settings.batch_size,
+        cleanup=settings.cleanup,
+        retry=retry,
+        clock=clock,
+        failpoints=Failpoints.from_env(),
+    )
+
+
+def drain_partition(settings: RelaySettings, partition: int) -> DrainResult:
+    """Publish everything committed in one relay partition, then return (a Spark task)."""
+    engine = make_engine(
+        settings.database_url, application_name="outbox-relay-task", pooled=False, pre_ping=False
+    )
+    retry = RetryPolicy(max_attempts=settings.retry_attempts)
+    relay = build_partition_relay(settings, partition, engine, retry=retry)
+    try:
+        return relay.drain()
+    finally:
+        relay.close()
+        engine.dispose()
+
+
+class ProcessRelay:
+    """Runs relay partitions as threads of this process (`relay run`)."""
+
+    def __init__(
+        self,
+        settings: RelaySettings,
+        partitions: Sequence[int] | None = None,
+        *,
+        clock: Clock | None = None,
+    ) -> None:
+        self._settings = settings
+        self._requested = partitions
+        self._clock = clock or SystemClock()
+        self.stop_event = threading.Event()
+
+    def run(self, once: bool) -> RunSummary[DrainResult]:
+        engine = make_engine(self._settings.database_url, pool_size=4)
+        try:
+            count = check_environment(self._settings, engine)
+            partitions = select_partitions(self._requested, count)
+            log.info("relaying partitions %s (%s)", partitions, "once" if once else "continuously")
+            return self._run_partitions(engine, partitions, once)
+        finally:
+            engine.dispose()
+
+    def _run_partitions(
+        self, engine: Engine, partitions: list[int], once: bool
+    ) -> RunSummary[DrainResult]:
+        # A service keeps retrying (a missing topic may be created later); a run that is
+        # meant to finish gives up after RELAY_RETRY_ATTEMPTS and says why.
+        attempts = self._settings.retry_attempts if once else None
+        retry = RetryPolicy(max_attempts=attempts)
+        with ThreadPoolExecutor(len(partitions), thread_name_prefix="relay-p") as pool:
+            futures: list[Future[DrainResult]] = [
+                pool.submit(self._run_one, engine, p, once, retry) for p in partitions
+            ]
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            failed = [f for f in done if f.exception() is not None]
+            if failed:
+                self.stop_event.set()
+                wait(futures)
+                error = failed[0].exception()
+                if error is not None:
+                    raise error
+            return RunSummary(tuple(f.result() for f in futures))
+
+    def _run_one(
+        self, engine: Engine, partition: int, once: bool, retry: RetryPolicy
+    ) -> DrainResult:
+        relay = build_partition_relay(
+            self._settings, partition, engine, retry=retry, clock=self._clock
+        )
+        try:
+            if once:
+                return relay.drain(self.stop_event)
+            return self._follow(relay)
+        finally:
+            relay.close()
+
+    def _follow(self, relay: PartitionRelay) -> DrainResult:
+        while True:  # a service outlives a restarting database or broker
+            try:
+                relay.start()
+                break
+            except RetriableError as exc:
+                log.warning("relay partition %d: start-up failed (%s)", relay.partition, exc)
+                if self._clock.wait(self._settings.poll_interval_s * 4, self.stop_event):
+                    return DrainResult(relay.partition, 0, 0, 0)
+        records = batches = 0
+        while not self.stop_event.is_set():
+            result = relay.publish_batch(stop=self.stop_event)
+            if result is None:
+                if self._clock.wait(self._settings.poll_interval_s, self.stop_event):
+                    break
+                continue
+            records += result.records
+            batches += 1
+            log.info(
+                "relay partition %d: published seq %d..%d (%d records)",
+                result.partition,
+                result.first_seq,
+                result.last_seq,
+                result.records,
+            )
+        return DrainResult(relay.partition, records, batches, relay.position)
+
+
+def plan_relay_job(settings: RelaySettings, requested: Sequence[int] | None) -> list[int]:
+    """The relay partitions the forward Spark job runs as tasks, after the start-up
+    checks (the same as ``relay run``'s)."""
+    engine = make_engine(settings.database_url, pool_size=1)
+    try:
+        return select_partitions(requested, check_environment(settings, engine))
+    finally:
+        engine.dispose()

@@ -1,0 +1,171 @@
+"""The mirror's Kafka edge: a read_committed consumer positioned only from the database.
+
+In a consumer group (``relay mirror``) partitions come and go through cooperative-sticky
+rebalances; ``on_assign`` asks the core for the stored offsets and assigns the new
+partitions there. ``--once`` and the Spark tasks assign partitions themselves. Offsets
+are never committed to Kafka: ``mirror_offsets`` is the only truth.
+
+``enable.partition.eof`` reports the end of each partition: for a read_committed
+consumer librdkafka reports it at the last stable offset, past aborted records and
+transaction markers, which is how the stored offset gets past them too.
+``auto.offset.reset=error`` turns a stored offset that no longer exists (deleted by
+retention before it was mirrored) into an error instead of a silent jump.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaError as LibKafkaError
+
+from relay.errors import ConfigurationError, KafkaError
+from relay.kafka.errors import kafka_reason
+from relay.mirroring.ports import AssignmentListener
+from relay.mirroring.types import KafkaRecord, PartitionEnd, RecordHeaders, TopicPartitionKey
+from relay.runtime.logs import LIBRDKAFKA_LOGGER
+from relay.settings.relay import KafkaSettings
+
+log = logging.getLogger(__name__)
+_librdkafka_log = logging.getLogger(LIBRDKAFKA_LOGGER)
+
+_FATAL_CODES = frozenset(
+    {
+        LibKafkaError.UNKNOWN_TOPIC_OR_PART,
+        LibKafkaError.TOPIC_AUTHORIZATION_FAILED,
+        LibKafkaError.GROUP_AUTHORIZATION_FAILED,
+    }
+)
+
+
+def _headers(raw: object) -> RecordHeaders:
+    pairs = raw.items() if isinstance(raw, dict) else raw or ()
+    result: list[tuple[str, bytes | None]] = []
+    for name, value in pairs:  # type: ignore[attr-defined]
+        result.append((str(name), value.encode() if isinstance(value, str) else value))
+    return tuple(result)
+
+
+def _start(offset: int | None) -> int:
+    return OFFSET_BEGINNING if offset is None else offset
+
+
+class KafkaRecordStream:
+    """Implements :class:`relay.mirroring.ports.RecordStream` with librdkafka."""
+
+    def __init__(self, kafka: KafkaSettings, group: str) -> None:
+        self._timeout = kafka.request_timeout_s
+        self._listener: AssignmentListener | None = None
+        config = {
+            "fetch.wait.max.ms": 100,
+            **kafka.client_config(),
+            "group.id": group,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "error",
+            "partition.assignment.strategy": "cooperative-sticky",
+        }
+        try:
+            self._consumer = Consumer(config, logger=_librdkafka_log)
+        except KafkaException as exc:
+            raise ConfigurationError(f"Kafka configuration rejected: {kafka_reason(exc)}") from None
+
+    def subscribe(self, topics: Sequence[str], listener: AssignmentListener) -> None:
+        """Join the consumer group; partitions arrive through rebalances."""
+        self._listener = listener
+        self._consumer.subscribe(
+            list(topics),
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+
+    def assign(self, partitions: Sequence[TopicPartitionKey], listener: AssignmentListener) -> None:
+        """Take these partitions without a group (``--once``, Spark tasks)."""
+        self._listener = listener
+        starts = listener.assigned(list(partitions))
+        self._consumer.assign([TopicPartition(t, p, _start(starts[(t, p)])) for t, p in partitions])
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        keys = [(tp.topic, tp.partition) for tp in partitions]
+        starts = self._listener.assigned(keys) if keys and self._listener is not None else {}
+        consumer.incremental_assign(
+            [TopicPartition(t, p, _start(starts.get((t, p)))) for t, p in keys]
+        )
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if partitions and self._listener is not None:
+            self._listener.revoked([(tp.topic, tp.partition) for tp in partitions])
+        consumer.incremental_unassign(partitions)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.warning(
+            "lost partitions %s (the group moved on without this instance)",
+            ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions),
+        )
+        self._on_revoke(consumer, partitions)
+
+    def poll(self, timeout: float) -> KafkaRecord | PartitionEnd | None:
+        msg = self._consumer.poll(timeout)
+        if msg is None:
+            return None
+        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+        err = msg.error()
+        if err is None and topic is not None and partition is not None and offset is not None:
+            return KafkaRecord(
+                topic, partition, offset, msg.key(), msg.value(), _headers(msg.headers())
+            )
+        if err is None:
+            return None
+        where = f"{topic}[{partition}]"
+        if err.code() == LibKafkaError._PARTITION_EOF and topic is not None:
+            return PartitionEnd(topic, partition or 0, offset or 0)
+        if err.code() == LibKafkaError._AUTO_OFFSET_RESET:
+            raise KafkaError(
+                f"{where}: the stored offset is not in the log any more ({err.str()}); records "
+                "were deleted before they were mirrored, or the topic was recreated. Set "
+                "mirror_offsets.next_offset for this partition to where it should continue",
+                code=err.name(),
+            )
+        if err.fatal() or err.code() in _FATAL_CODES:
+            raise KafkaError(f"consuming {where} failed: {err.str()}", code=err.name())
+        log.warning("consumer: %s (%s)", err.str(), err.name())
+        return None
+
+    def seek(self, topic: str, partition: int, offset: int | None) -> None:
+        try:
+            self._consumer.seek(TopicPartition(topic, partition, _start(offset)))
+        except KafkaException as exc:
+            raise KafkaError(
+                f"{topic}[{partition}]: seeking to {offset} failed: {kafka_reason(exc)}"
+            ) from None
+
+    def last_stable_offsets(
+        self, partitions: Sequence[TopicPartitionKey]
+    ) -> dict[TopicPartitionKey, int]:
+        """Queried from the brokers: for a read_committed consumer the high offset of
+        ListOffsets is the last stable offset (the cached value would be the high
+        watermark)."""
+        result: dict[TopicPartitionKey, int] = {}
+        for topic, partition in partitions:
+            try:
+                _low, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=self._timeout, cached=False
+                )
+            except KafkaException as exc:
+                raise KafkaError(
+                    f"{topic}[{partition}]: reading the last stable offset failed: "
+                    f"{kafka_reason(exc)}"
+                ) from None
+            result[(topic, partition)] = int(high)
+        return result
+
+    def close(self) -> None:
+        """Leave the group (revoking what is assigned); never raises."""
+        try:
+            self._consumer.close()
+        except (KafkaException, RuntimeError) as exc:
+            log.debug("closing the consumer: %s", exc)

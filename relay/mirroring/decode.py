@@ -1,0 +1,284 @@
+"""From a raw Kafka record to row operations or a dead-letter reason. Pure functions.
+
+A record either maps completely (one operation per mapped table that takes it) or not at
+all: if it fails for any of its tables, the whole record is dead-lettered, so a record
+is never half applied.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, date, datetime
+from decimal import Decimal, InvalidOperation
+
+from relay.errors import DecodeError
+from relay.mirroring.mapping import TableMapping
+from relay.mirroring.types import (
+    ColumnKind,
+    Decoded,
+    Delete,
+    KafkaRecord,
+    Op,
+    ResolvedTable,
+    Upsert,
+)
+
+EVENT_TYPE_HEADER = "event-type"
+_INTEGER_TEXT = re.compile(r"^-?[0-9]+$")
+_MISSING = object()
+
+
+def decode(record: KafkaRecord, tables: Sequence[ResolvedTable]) -> Decoded:
+    ops: list[Op] = []
+    errors: list[str] = []
+    value: object = _MISSING
+    for table in tables:
+        if not _takes_event(table.mapping, record):
+            continue
+        try:
+            if record.value is not None and value is _MISSING:
+                value = _parse_value(record.value)
+            ops.append(_operation(record, table, value))
+        except DecodeError as exc:
+            errors.append(f"{table.table}: {exc}")
+    if errors:
+        return Decoded(record, error="; ".join(errors))
+    return Decoded(record, tuple(ops))
+
+
+def _takes_event(mapping: TableMapping, record: KafkaRecord) -> bool:
+    if mapping.event_types is None:
+        return True
+    raw = record.header(EVENT_TYPE_HEADER)
+    if raw is None:
+        return False
+    return raw.decode("utf-8", "replace") in mapping.event_types
+
+
+def _parse_value(raw: bytes) -> object:
+    try:
+        value = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise DecodeError(f"value is not JSON: {_short(str(exc))}") from None
+    if not isinstance(value, dict):
+        raise DecodeError(f"value is JSON {type(value).__name__}, not an object")
+    return value
+
+
+def _operation(record: KafkaRecord, table: ResolvedTable, value: object) -> Op:
+    mapping = table.mapping
+    key = _key_columns(record, table)
+    if record.value is None:
+        version = None if mapping.version.kind == "field" else _version(record, table, None)
+        return Delete(mapping.table, key, version)
+    if not isinstance(value, dict):  # parsed by the caller
+        raise DecodeError("value is not a JSON object")
+    row = dict(key)
+    for column, path in mapping.columns:
+        found = _field(value, path)
+        if found is _MISSING:
+            raise DecodeError(f"missing field {path!r} (column {column})")
+        row[column] = from_json(table.kind(column), found, f"field {path!r}")
+    row[mapping.version.column] = _version(record, table, value)
+    return Upsert(mapping.table, row)
+
+
+def _key_columns(record: KafkaRecord, table: ResolvedTable) -> dict[str, object]:
+    key_mapping = table.mapping.key
+    if record.key is None:
+        raise DecodeError("record has no key")
+    if key_mapping.column is not None and table.kind(key_mapping.column) is ColumnKind.BYTES:
+        return {key_mapping.column: record.key}
+    if key_mapping.fields:
+        return _json_key(record.key, table)
+    try:
+        text = record.key.decode("utf-8")
+    except UnicodeDecodeError:
+        raise DecodeError("key is not UTF-8 text") from None
+    if key_mapping.column is not None:
+        return {key_mapping.column: from_text(table.kind(key_mapping.column), text, "key")}
+    return _pattern_key(text, table)
+
+
+def _json_key(raw: bytes, table: ResolvedTable) -> dict[str, object]:
+    try:
+        parsed = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise DecodeError(f"key is not JSON: {_short(str(exc))}") from None
+    if not isinstance(parsed, dict):
+        raise DecodeError(f"key is JSON {type(parsed).__name__}, not an object")
+    result: dict[str, object] = {}
+    for column, path in table.mapping.key.fields:
+        found = _field(parsed, path)
+        if found is _MISSING:
+            raise DecodeError(f"key has no field {path!r} (column {column})")
+        if found is None:
+            raise DecodeError(f"key field {path!r} is null")
+        result[column] = from_json(table.kind(column), found, f"key field {path!r}")
+    return result
+
+
+def _pattern_key(text: str, table: ResolvedTable) -> dict[str, object]:
+    pattern = table.mapping.key.pattern
+    if pattern is None:  # parse_mapping guarantees one of the three forms
+        raise DecodeError("no key mapping")
+    match = pattern.fullmatch(text)
+    if match is None:
+        raise DecodeError(f"key {_short(text)!r} does not match {pattern.pattern!r}")
+    columns: dict[str, object] = {}
+    for column, part in match.groupdict().items():
+        if part is None:
+            raise DecodeError(f"key {_short(text)!r} has no part for column {column}")
+        columns[column] = from_text(table.kind(column), part, f"key part {column}")
+    return columns
+
+
+def _version(record: KafkaRecord, table: ResolvedTable, value: object) -> int:
+    version = table.mapping.version
+    if version.kind == "offset":
+        return record.offset
+    name = version.name or ""
+    if version.kind == "header":
+        raw = record.header(name)
+        if raw is None:
+            raise DecodeError(f"version header {name!r} is missing")
+        text = raw.decode("ascii", "replace").strip()
+        if not _INTEGER_TEXT.match(text):
+            raise DecodeError(f"version header {name!r} is not an integer: {_short(text)!r}")
+        return int(text)
+    found = _field(value, name) if isinstance(value, dict) else _MISSING
+    if found is _MISSING or found is None:
+        raise DecodeError(f"missing version field {name!r}")
+    if isinstance(found, bool) or not isinstance(found, int):
+        raise DecodeError(f"version field {name!r} is {_json_type(found)}, not an integer")
+    return found
+
+
+def _field(document: dict[str, object], path: str) -> object:
+    current: object = document
+    for part in path.split("."):
+        if not isinstance(current, dict) or part not in current:
+            return _MISSING
+        current = current[part]
+    return current
+
+
+def from_json(kind: ColumnKind, value: object, what: str) -> object:
+    """A JSON value converted for a column of ``kind``; DecodeError on a type mismatch."""
+    if value is None or kind is ColumnKind.JSON:
+        return value
+    if kind is ColumnKind.OTHER:
+        if _plain(value):  # arrays, enums, ...: the database checks the value
+            return value
+        raise DecodeError(f"{what} is {_json_type(value)}, column needs a scalar or an array")
+    converted = _JSON_CONVERTERS.get(kind, _from_json_string)(kind, value, what)
+    if converted is _MISSING:
+        raise DecodeError(f"{what} is {_json_type(value)}, column needs {kind.value}")
+    return converted
+
+
+def _json_text(_kind: ColumnKind, value: object, _what: str) -> object:
+    return value if isinstance(value, str) else _MISSING
+
+
+def _json_integer(_kind: ColumnKind, value: object, _what: str) -> object:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return _MISSING
+
+
+def _json_number(kind: ColumnKind, value: object, what: str) -> object:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value) if kind is ColumnKind.FLOAT else Decimal(repr(value))
+    if isinstance(value, str) and kind is ColumnKind.NUMERIC:
+        return from_text(kind, value, what)
+    return _MISSING
+
+
+def _json_boolean(_kind: ColumnKind, value: object, _what: str) -> object:
+    return value if isinstance(value, bool) else _MISSING
+
+
+def _from_json_string(kind: ColumnKind, value: object, what: str) -> object:
+    return _from_string(kind, value, what) if isinstance(value, str) else _MISSING
+
+
+_JSON_CONVERTERS = {
+    ColumnKind.TEXT: _json_text,
+    ColumnKind.INTEGER: _json_integer,
+    ColumnKind.NUMERIC: _json_number,
+    ColumnKind.FLOAT: _json_number,
+    ColumnKind.BOOLEAN: _json_boolean,
+}
+
+
+def from_text(kind: ColumnKind, text: str, what: str) -> object:
+    """Key text converted for a column of ``kind``."""
+    if kind is ColumnKind.INTEGER:
+        if _INTEGER_TEXT.match(text):
+            return int(text)
+        raise DecodeError(f"{what} {_short(text)!r} is not an integer")
+    if kind in (ColumnKind.NUMERIC, ColumnKind.FLOAT):
+        try:
+            number = Decimal(text)
+        except InvalidOperation:
+            raise DecodeError(f"{what} {_short(text)!r} is not a number") from None
+        return float(number) if kind is ColumnKind.FLOAT else number
+    if kind is ColumnKind.BOOLEAN:
+        if text in ("true", "false"):
+            return text == "true"
+        raise DecodeError(f"{what} {_short(text)!r} is not true or false")
+    if kind in (ColumnKind.TEXT, ColumnKind.OTHER, ColumnKind.JSON):
+        return text
+    return _from_string(kind, text, what)
+
+
+def _from_string(kind: ColumnKind, text: str, what: str) -> object:
+    try:
+        if kind is ColumnKind.TIMESTAMPTZ:
+            moment = datetime.fromisoformat(text)
+            return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+        if kind is ColumnKind.TIMESTAMP:
+            moment = datetime.fromisoformat(text)
+            return moment.astimezone(UTC).replace(tzinfo=None) if moment.tzinfo else moment
+        if kind is ColumnKind.DATE:
+            return date.fromisoformat(text)
+        if kind is ColumnKind.UUID:
+            return uuid.UUID(text)
+        if kind is ColumnKind.BYTES:
+            return base64.b64decode(text, validate=True)
+    except (ValueError, binascii.Error):
+        raise DecodeError(f"{what} {_short(text)!r} is not a valid {kind.value}") from None
+    return text
+
+
+def _plain(value: object) -> bool:
+    """Scalars and (nested) lists of them: what the driver can send for any type."""
+    if isinstance(value, list):
+        return all(_plain(v) for v in value)
+    return value is None or isinstance(value, str | int | float | bool)
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,286 @@
+"""The consume loop: buffers records per Kafka partition and applies them in batches.
+
+Both ``relay mirror`` (continuous, group subscription or ``--once``, manual assignment)
+and each Spark task of ``jobs/mirror.py`` run this loop. A batch of one partition is
+applied when it is full, when the partition is read up to its last stable offset, when
+nothing more arrives, or when its first record has waited ``max_wait_s``.
+
+Where each partition starts comes only from the database (:meth:`MirrorLoop.assigned`).
+When the compare-and-set of the stored offset fails, another consumer has applied the
+partition since: the buffered records are dropped, the offset is read again and the
+consumer seeks there. With ``targets`` (``--once`` and Spark), the loop returns once
+every target partition's stored offset has reached its target (the last stable offset
+when the run started); records at or past the target are left for the next run.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from relay.errors import GaveUpError, MirrorOffsetConflict, RelayError, RetriableError
+from relay.mirroring.applier import Applier
+from relay.mirroring.ports import MirrorStore, RecordStream
+from relay.mirroring.types import (
+    ApplyResult,
+    KafkaRecord,
+    MirrorSummary,
+    PartitionEnd,
+    PartitionStats,
+    TopicPartitionKey,
+)
+from relay.runtime.clock import Clock, SystemClock
+from relay.runtime.retry import RetryPolicy
+from relay.runtime.summary import RunSummary
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class _Cursor:
+    topic: str
+    partition: int
+    expected: int | None  # stored next offset (None: no row stored yet)
+    fetched: int  # everything below this offset is buffered or applied
+    target: int | None = None
+    buffer: list[KafkaRecord] = field(default_factory=list)
+    since: float | None = None  # when the oldest unapplied record arrived
+
+    @property
+    def stored(self) -> int:
+        return 0 if self.expected is None else self.expected
+
+    def pending(self) -> bool:
+        return bool(self.buffer) or self.fetched > self.stored
+
+    def done(self) -> bool:
+        return self.target is not None and self.stored >= self.target and not self.buffer
+
+
+class MirrorLoop:
+    """Implements :class:`relay.mirroring.ports.AssignmentListener` for the consumer edge."""
+
+    def __init__(
+        self,
+        applier: Applier,
+        store: MirrorStore,
+        *,
+        batch_size: int = 2000,
+        max_wait_s: float = 0.5,
+        targets: Mapping[TopicPartitionKey, int] | None = None,
+        retry: RetryPolicy | None = None,
+        clock: Clock | None = None,
+        progress_every_s: float = 30.0,
+    ) -> None:
+        self._applier = applier
+        self._store = store
+        self._batch_size = batch_size
+        self._max_wait_s = max_wait_s
+        self._targets = dict(targets) if targets is not None else None
+        self._retry = retry or RetryPolicy()
+        self._clock = clock or SystemClock()
+        self._progress_every_s = progress_every_s
+        self._cursors: dict[TopicPartitionKey, _Cursor] = {}
+        self._stats: dict[TopicPartitionKey, PartitionStats] = {}
+        self._stream: RecordStream | None = None
+        self._stop = threading.Event()
+
+    # -- assignment (called by the consumer edge) -------------------------------------
+
+    def assigned(
+        self, partitions: Sequence[TopicPartitionKey]
+    ) -> Mapping[TopicPartitionKey, int | None]:
+        stored = self._with_retry(lambda: self._store.stored_offsets(partitions), "reading offsets")
+        starts: dict[TopicPartitionKey, int | None] = {}
+        for tp in partitions:
+            offset = stored.get(tp)
+            target = self._targets.get(tp) if self._targets is not None else None
+            self._cursors[tp] = _Cursor(tp[0], tp[1], offset, offset or 0, target)
+            stats = self._stats.setdefault(tp, PartitionStats(tp[0], tp[1]))
+            stats.next_offset = offset
+            starts[tp] = offset
+        log.info(
+            "assigned %s",
+            ", ".join(
+                f"{t}[{p}] from {'beginning' if o is None else o}" for (t, p), o in starts.items()
+            ),
+        )
+        return starts
+
+    def revoked(self, partitions: Sequence[TopicPartitionKey]) -> None:
+        dropped = 0
+        for tp in partitions:
+            cursor = self._cursors.pop(tp, None)
+            if cursor is not None:
+                dropped += len(cursor.buffer)
+        log.info(
+            "revoked %s (%d fetched records left to the next owner)",
+            ", ".join(f"{t}[{p}]" for t, p in partitions),
+            dropped,
+        )
+
+    # -- the loop ---------------------------------------------------------------------
+
+    def run(self, stream: RecordStream, stop: threading.Event | None = None) -> MirrorSummary:
+        self._stream = stream
+        self._stop = stop or threading.Event()
+        poll_timeout = min(0.2, self._max_wait_s)
+        next_progress = self._clock.monotonic() + self._progress_every_s
+        while not self._stop.is_set() and not self.finished():
+            event = stream.poll(poll_timeout)
+            now = self._clock.monotonic()
+            if event is None:
+                self._flush_all()
+            elif isinstance(event, PartitionEnd):
+                self._on_end(event)
+            else:
+                self._on_record(event, now)
+            self._flush_waiting(now)
+            if self._targets is None and now >= next_progress:
+                self._log_progress(stream)
+                next_progress = now + self._progress_every_s
+        if not self.finished():
+            self._flush_all()  # stopping: what is buffered is still ours to apply
+        return self.summary()
+
+    def finished(self) -> bool:
+        """With targets: every target partition is applied up to its target."""
+        if self._targets is None:
+            return False
+        return all(tp in self._cursors and self._cursors[tp].done() for tp in self._targets)
+
+    def summary(self) -> MirrorSummary:
+        return RunSummary(tuple(self._stats[tp] for tp in sorted(self._stats)))
+
+    def _on_record(self, record: KafkaRecord, now: float) -> None:
+        cursor = self._cursors.get((record.topic, record.partition))
+        if cursor is None or record.offset < cursor.fetched:
+            return  # not ours (any more), or already buffered
+        if cursor.target is not None and record.offset >= cursor.target:
+            if cursor.fetched < cursor.target:
+                cursor.fetched = cursor.target
+                self._flush(cursor)
+            return
+        cursor.buffer.append(record)
+        cursor.fetched = record.offset + 1
+        if cursor.since is None:
+            cursor.since = now
+        if len(cursor.buffer) >= self._batch_size:
+            self._flush(cursor)
+
+    def _on_end(self, end: PartitionEnd) -> None:
+        cursor = self._cursors.get((end.topic, end.partition))
+        if cursor is None:
+            return
+        offset = end.offset if cursor.target is None else min(end.offset, cursor.target)
+        cursor.fetched = max(cursor.fetched, offset)
+        self._flush(cursor)
+
+    def _flush_all(self) -> None:
+        for cursor in list(self._cursors.values()):
+            self._flush(cursor)
+
+    def _flush_waiting(self, now: float) -> None:
+        for cursor in list(self._cursors.values()):
+            if cursor.since is not None and now - cursor.since >= self._max_wait_s:
+                self._flush(cursor)
+
+    def _flush(self, cursor: _Cursor) -> None:
+        if not cursor.pending():
+            return
+        tp = (cursor.topic, cursor.partition)
+        batch = self._applier.batch(
+            cursor.topic, cursor.partition, cursor.expected, cursor.fetched, cursor.buffer
+        )
+        try:
+            result = self._with_retry(lambda: self._applier.apply(batch), f"applying {_tp(tp)}")
+        except MirrorOffsetConflict as exc:
+            self._resync(cursor, exc)
+            return
+        cursor.expected = batch.next_offset
+        cursor.buffer = []
+        cursor.since = None
+        self._record(tp, result, cursor.expected)
+
+    def _record(self, tp: TopicPartitionKey, result: ApplyResult, next_offset: int) -> None:
+        stats = self._stats[tp]
+        stats.applied += result.applied
+        stats.skipped += result.skipped
+        stats.dead_lettered += len(result.dead_letters)
+        stats.next_offset = next_offset
+        if result.dead_letters:
+            offsets = ", ".join(str(d.record.offset) for d in result.dead_letters[:10])
+            more = "" if len(result.dead_letters) <= 10 else ", ..."
+            log.warning(
+                "%s: %d records dead-lettered (offsets %s%s), first error: %s",
+                _tp(tp),
+                len(result.dead_letters),
+                offsets,
+                more,
+                result.dead_letters[0].error,
+            )
+        log.debug(
+            "%s: applied %d, skipped %d, next offset %d",
+            _tp(tp),
+            result.applied,
+            result.skipped,
+            next_offset,
+        )
+
+    def _resync(self, cursor: _Cursor, conflict: MirrorOffsetConflict) -> None:
+        tp = (cursor.topic, cursor.partition)
+        stored = self._with_retry(lambda: self._store.stored_offsets([tp]), "reading offsets")
+        offset = stored.get(tp)
+        log.warning(
+            "%s: %s; dropping %d fetched records and continuing from stored offset %s",
+            _tp(tp),
+            conflict,
+            len(cursor.buffer),
+            offset,
+        )
+        self._stats[tp].conflicts += 1
+        self._stats[tp].next_offset = offset
+        cursor.expected, cursor.fetched, cursor.buffer, cursor.since = offset, offset or 0, [], None
+        if self._stream is not None and not cursor.done():
+            self._stream.seek(cursor.topic, cursor.partition, offset)
+
+    def _with_retry(self, action: Callable[[], T], doing: str) -> T:
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return action()
+            except RetriableError as exc:
+                if self._retry.gives_up_after(attempt) or self._stop.is_set():
+                    raise GaveUpError(f"{doing} failed {attempt} times: {exc}") from exc
+                delay = self._retry.delay(attempt)
+                log.warning("%s failed (%s); retrying in %.1f s", doing, exc, delay)
+                self._clock.wait(delay, self._stop)
+
+    def _log_progress(self, stream: RecordStream) -> None:
+        owned = sorted(self._cursors)
+        if not owned:
+            log.info("no partitions assigned")
+            return
+        try:
+            stable = stream.last_stable_offsets(owned)
+        except RelayError as exc:
+            log.warning("cannot read last stable offsets for the lag: %s", exc)
+            stable = {}
+        lag = {tp: stable[tp] - self._cursors[tp].stored for tp in owned if tp in stable}
+        total = self.summary()
+        log.info(
+            "applied %d records so far (%d dead-lettered, %d skipped); lag: %s",
+            total.total("applied"),
+            total.total("dead_lettered"),
+            total.total("skipped"),
+            ", ".join(f"{_tp(tp)}={n}" for tp, n in lag.items()) or "unknown",
+        )
+
+
+def _tp(tp: TopicPartitionKey) -> str:
+    return f"{tp[0]}[{tp[1]}]"

@@ -1,0 +1,59 @@
+"""Interfaces the mirror's core needs; Kafka and PostgreSQL implement them at the edges."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
+
+from relay.mirroring.types import ApplyResult, Batch, KafkaRecord, PartitionEnd, TopicPartitionKey
+
+
+class MirrorStore(Protocol):
+    """The mirrored tables, the stored offsets and the dead letters of one consumer group."""
+
+    def stored_offsets(
+        self, partitions: Sequence[TopicPartitionKey]
+    ) -> dict[TopicPartitionKey, int]:
+        """The stored next offset of each partition that has one."""
+        ...
+
+    def apply(self, batch: Batch, before_commit: Callable[[], None]) -> ApplyResult:
+        """Apply ``batch`` in one transaction: advance the stored offset from
+        ``batch.expected`` to ``batch.next_offset`` (compare-and-set), run the row
+        operations, dead-letter what cannot be applied, call ``before_commit``, commit.
+
+        Raises MirrorOffsetConflict (nothing applied) when the stored offset is not
+        ``batch.expected``, RetriableError when the batch may simply be tried again."""
+        ...
+
+
+class RecordStream(Protocol):
+    """A read_committed Kafka consumer, positioned by the core."""
+
+    def poll(self, timeout: float) -> KafkaRecord | PartitionEnd | None:
+        """The next record, or a PartitionEnd when a partition is read up to its last
+        stable offset, or None when nothing arrived within ``timeout`` seconds."""
+        ...
+
+    def seek(self, topic: str, partition: int, offset: int | None) -> None:
+        """Continue reading the partition at ``offset`` (None: at its beginning)."""
+        ...
+
+    def last_stable_offsets(
+        self, partitions: Sequence[TopicPartitionKey]
+    ) -> dict[TopicPartitionKey, int]: ...
+
+
+class AssignmentListener(Protocol):
+    """Told by the consumer edge which partitions this instance owns."""
+
+    def assigned(
+        self, partitions: Sequence[TopicPartitionKey]
+    ) -> Mapping[TopicPartitionKey, int | None]:
+        """Called when partitions are assigned; returns where to start reading each
+        one: the stored next offset, or None for the beginning."""
+        ...
+
+    def revoked(self, partitions: Sequence[TopicPartitionKey]) -> None:
+        """Called when partitions are taken away (revoked or lost)."""
+        ...

@@ -1,0 +1,153 @@
+"""Value types shared by the mirror's core and its edges."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from relay.mirroring.mapping import TableMapping
+from relay.runtime.summary import RunSummary
+
+RecordHeaders = tuple[tuple[str, bytes | None], ...]
+TopicPartitionKey = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaRecord:
+    """One consumed record, as raw bytes."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: RecordHeaders = ()
+
+    def header(self, name: str) -> bytes | None:
+        """The last value of header ``name`` (None when absent or null)."""
+        found: bytes | None = None
+        for header_name, value in self.headers:
+            if header_name == name:
+                found = value
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionEnd:
+    """The consumer reached the end of what it may read: the last stable offset."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+class ColumnKind(enum.Enum):
+    """How a JSON value (or key text) is checked and converted for a column's DB type."""
+
+    INTEGER = "integer"
+    NUMERIC = "numeric"
+    FLOAT = "float"
+    TEXT = "text"
+    BOOLEAN = "boolean"
+    JSON = "json"
+    TIMESTAMP = "timestamp"
+    TIMESTAMPTZ = "timestamptz"
+    DATE = "date"
+    UUID = "uuid"
+    BYTES = "bytes"
+    OTHER = "other"
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedTable:
+    """A table mapping checked against the database, with each column's kind."""
+
+    mapping: TableMapping
+    kinds: Mapping[str, ColumnKind] = field(default_factory=dict)
+
+    @property
+    def table(self) -> str:
+        return self.mapping.table
+
+    def kind(self, column: str) -> ColumnKind:
+        return self.kinds.get(column, ColumnKind.OTHER)
+
+
+@dataclass(frozen=True, slots=True)
+class Upsert:
+    """Insert the row, or update it when its stored version is lower."""
+
+    table: str
+    row: Mapping[str, object]
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    """Delete the row with this key if its version is at most ``version``
+    (unconditionally when ``version`` is None)."""
+
+    table: str
+    key: Mapping[str, object]
+    version: int | None
+
+
+Op = Upsert | Delete
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """What one record means: row operations, a dead-letter reason, or nothing
+    (no mapped table takes its event type)."""
+
+    record: KafkaRecord
+    ops: tuple[Op, ...] = ()
+    error: str | None = None
+
+    @property
+    def skipped(self) -> bool:
+        return not self.ops and self.error is None
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Consecutive records of one Kafka partition, applied in one DB transaction.
+
+    ``expected`` is the stored next offset the batch starts from (None: no row stored
+    yet); ``next_offset`` is what the transaction stores, past the last record and past
+    any transaction markers or aborted records the consumer skipped."""
+
+    topic: str
+    partition: int
+    expected: int | None
+    next_offset: int
+    items: tuple[Decoded, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    record: KafkaRecord
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyResult:
+    applied: int
+    skipped: int
+    dead_letters: tuple[DeadLetter, ...] = ()
+
+
+@dataclass(slots=True)
+class PartitionStats:
+    """What a run did in one Kafka partition."""
+
+    topic: str
+    partition: int
+    applied: int = 0
+    skipped: int = 0
+    dead_lettered: int = 0
+    conflicts: int = 0
+    next_offset: int | None = None
+
+
+MirrorSummary = RunSummary[PartitionStats]

@@ -1,0 +1,257 @@
+"""The mirror's PostgreSQL edge: offsets (compare-and-set), row operations, dead letters.
+
+One batch is one transaction::
+
+    UPDATE mirror_offsets SET next_offset = :next WHERE ... AND next_offset = :expected
+    (or INSERT ... ON CONFLICT DO NOTHING for a partition's first batch; 0 rows: conflict)
+    SAVEPOINT; upserts and deletes in record order; on a constraint or data error:
+        ROLLBACK TO SAVEPOINT, then one SAVEPOINT per record, dead-lettering the failures
+    INSERT INTO mirror_dead_letters ...
+    COMMIT
+
+The offset row is locked first, so two instances on one partition serialize there: the
+second one waits, then finds the offset moved and rolls back without writing a row.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import groupby
+
+import sqlalchemy as sa
+from sqlalchemy import Connection, Engine
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.exc import DBAPIError
+
+from relay.errors import MirrorOffsetConflict
+from relay.mirroring.types import (
+    ApplyResult,
+    Batch,
+    DeadLetter,
+    Decoded,
+    Delete,
+    Op,
+    ResolvedTable,
+    TopicPartitionKey,
+    Upsert,
+)
+from relay.postgres.engine import database_errors, driver_message
+from relay.postgres.schema import mirror_dead_letters, mirror_offsets
+from relay.runtime.secrets import Secret, mask_text
+
+_SELECT_OFFSETS = sa.text(
+    "SELECT topic, partition, next_offset FROM mirror_offsets "
+    "WHERE consumer_group = :group AND topic = ANY(:topics)"
+)
+_CAS = sa.text(
+    "UPDATE mirror_offsets SET next_offset = :next, updated_at = now() "
+    "WHERE consumer_group = :group AND topic = :topic AND partition = :partition "
+    "AND next_offset = :expected"
+)
+_FIRST = sa.text(
+    "INSERT INTO mirror_offsets (consumer_group, topic, partition, next_offset) "
+    "VALUES (:group, :topic, :partition, :next) ON CONFLICT DO NOTHING"
+)
+_INSERT_DEAD = postgresql.insert(mirror_dead_letters).on_conflict_do_nothing(
+    index_elements=["consumer_group", "topic", "partition", "offset"]
+)
+
+
+class _TableStatements:
+    def __init__(self, resolved: ResolvedTable, table: sa.Table) -> None:
+        mapping = resolved.mapping
+        for column in table.c:  # a JSON null field becomes SQL NULL, not JSON 'null'
+            if isinstance(column.type, postgresql.JSONB):
+                column.type = postgresql.JSONB(none_as_null=True)
+            elif isinstance(column.type, sa.JSON):
+                column.type = postgresql.JSON(none_as_null=True)
+        version = table.c[mapping.version.column]
+        insert = postgresql.insert(table)
+        updated = [c for c, _ in mapping.columns] + [mapping.version.column]
+        self.upsert = insert.on_conflict_do_update(
+            index_elements=[table.c[k] for k in mapping.key.columns],
+            set_={c: insert.excluded[c] for c in updated},
+            where=version < insert.excluded[mapping.version.column],
+        )
+        self.key_columns = mapping.key.columns
+        match_key = [table.c[k] == sa.bindparam(f"key_{i}") for i, k in enumerate(self.key_columns)]
+        self.delete = sa.delete(table).where(*match_key)
+        self.delete_guarded = sa.delete(table).where(*match_key, version <= sa.bindparam("version"))
+
+    def delete_params(self, op: Delete) -> dict[str, object]:
+        params = {f"key_{i}": op.key[k] for i, k in enumerate(self.key_columns)}
+        if op.version is not None:
+            params["version"] = op.version
+        return params
+
+
+class PostgresMirrorStore:
+    """Implements :class:`relay.mirroring.ports.MirrorStore` for one consumer group."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        url: Secret,
+        group: str,
+        tables: Sequence[ResolvedTable],
+        reflected: Mapping[str, sa.Table],
+    ) -> None:
+        self._engine = engine
+        self._url = url
+        self._group = group
+        self._statements = {t.table: _TableStatements(t, reflected[t.table]) for t in tables}
+
+    def stored_offsets(
+        self, partitions: Sequence[TopicPartitionKey]
+    ) -> dict[TopicPartitionKey, int]:
+        wanted = set(partitions)
+        topics = sorted({topic for topic, _ in wanted})
+        with (
+            database_errors(self._url, "reading mirror_offsets", retriable=True),
+            self._engine.connect() as conn,
+        ):
+            rows = conn.execute(_SELECT_OFFSETS, {"group": self._group, "topics": topics}).all()
+        return {
+            (r.topic, r.partition): int(r.next_offset)
+            for r in rows
+            if (r.topic, r.partition) in wanted
+        }
+
+    def apply(self, batch: Batch, before_commit: Callable[[], None]) -> ApplyResult:
+        with (
+            # Lost connections, deadlocks and serialization failures are retriable: the
+            # batch was rolled back, or committed (the retry's compare-and-set tells which).
+            database_errors(
+                self._url, f"applying {batch.topic}[{batch.partition}]", retriable=True
+            ),
+            self._engine.connect() as conn,
+            conn.begin(),
+        ):
+            self._advance(conn, batch)
+            applied, dead = self._write(conn, batch.items)
+            if dead:
+                conn.execute(_INSERT_DEAD, [self._dead_row(d) for d in dead])
+            before_commit()
+        skipped = sum(1 for item in batch.items if item.skipped)
+        return ApplyResult(applied, skipped, tuple(dead))
+
+    def _advance(self, conn: Connection, batch: Batch) -> None:
+        params = {
+            "group": self._group,
+            "topic": batch.topic,
+            "partition": batch.partition,
+            "next": batch.next_offset,
+            "expected": batch.expected,
+        }
+        statement = _FIRST if batch.expected is None else _CAS
+        if conn.execute(statement, params).rowcount != 1:
+            shown = "no stored offset" if batch.expected is None else f"offset {batch.expected}"
+            raise MirrorOffsetConflict(
+                f"another consumer of group {self._group} moved the stored offset "
+                f"(this instance expected {shown}); batch rolled back",
+                batch.topic,
+                batch.partition,
+                batch.expected,
+            )
+
+    def _write(self, conn: Connection, items: Sequence[Decoded]) -> tuple[int, list[DeadLetter]]:
+        dead = [DeadLetter(item.record, item.error) for item in items if item.error is not None]
+        with_ops = [item for item in items if item.ops]
+        try:
+            with conn.begin_nested():
+                self._run(conn, [op for item in with_ops for op in item.ops])
+            return len(with_ops), dead
+        except DBAPIError as exc:
+            if not _record_error(exc):
+                raise
+        applied = 0
+        for item in with_ops:  # one savepoint per record: the good ones still apply
+            try:
+                with conn.begin_nested():
+                    self._run(conn, item.ops)
+                applied += 1
+            except DBAPIError as exc:
+                if not _record_error(exc):
+                    raise
+                dead.append(DeadLetter(item.record, _db_reason(exc)))
+        dead.sort(key=lambda d: d.record.offset)
+        return applied, dead
+
+    def _run(self, conn: Connection, ops: Sequence[Op]) -> None:
+        """Consecutive operations of one kind on one table go as one executemany, in
+        record order (psycopg pipelines them); a key may repeat within a run."""
+        for (kind, table, guarded), run in groupby(ops, key=_run_key):
+            statements = self._statements[table]
+            group = list(run)
+            if kind == "upsert":
+                conn.execute(statements.upsert, [op.row for op in _upserts(group)])
+            else:
+                params = [statements.delete_params(op) for op in _deletes(group)]
+                conn.execute(statements.delete_guarded if guarded else statements.delete, params)
+
+    def _dead_row(self, dead: DeadLetter) -> dict[str, object]:
+        record = dead.record
+        return {
+            "consumer_group": self._group,
+            "topic": record.topic,
+            "partition": record.partition,
+            "offset": record.offset,
+            "key": record.key,
+            "value": record.value,
+            "headers": [_header_json(name, value) for name, value in record.headers],
+            "error": dead.error.replace("\x00", "\\x00"),
+        }
+
+
+def group_offsets(engine: Engine, url: Secret, group: str) -> dict[TopicPartitionKey, int]:
+    """Every stored next offset of ``group``."""
+    query = sa.select(
+        mirror_offsets.c.topic, mirror_offsets.c.partition, mirror_offsets.c.next_offset
+    ).where(mirror_offsets.c.consumer_group == group)
+    with (
+        database_errors(url, "reading mirror_offsets", retriable=True),
+        engine.connect() as conn,
+    ):
+        return {(r[0], r[1]): r[2] for r in conn.execute(query)}
+
+
+def _run_key(op: Op) -> tuple[str, str, bool]:
+    if isinstance(op, Upsert):
+        return ("upsert", op.table, False)
+    return ("delete", op.table, op.version is not None)
+
+
+def _upserts(ops: Sequence[Op]) -> Iterator[Upsert]:
+    return (op for op in ops if isinstance(op, Upsert))
+
+
+def _deletes(ops: Sequence[Op]) -> Iterator[Delete]:
+    return (op for op in ops if isinstance(op, Delete))
+
+
+def _record_error(exc: DBAPIError) -> bool:
+    """A constraint or data error: the record's fault, not the database's."""
+    sqlstate = str(getattr(exc.orig, "sqlstate", None) or "")
+    return (
+        isinstance(exc, sa.exc.IntegrityError | sa.exc.DataError)
+        or sqlstate.startswith(("22", "23"))
+        or sqlstate == "42804"
+    )
+
+
+def _db_reason(exc: DBAPIError) -> str:
+    message = driver_message(exc)
+    return f"database rejected the record{message.code}: {mask_text(message.first_line)}"
+
+
+def _header_json(name: str, value: bytes | None) -> dict[str, str | None]:
+    if value is None:
+        return {"name": name, "value": None}
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is None or "\x00" in text:
+        return {"name": name, "base64": base64.b64encode(value).decode("ascii")}
+    return {"name": name, "value": text}

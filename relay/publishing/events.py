@@ -1,0 +1,91 @@
+"""Events as the write API takes them, and how each becomes an outbox row's columns.
+
+Pure: validating and encoding an event needs no database. The row is written by
+:mod:`relay.postgres.outbox_writer` inside the caller's transaction (I1, docs/invariants.md).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from relay.errors import InvalidEventError
+
+TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+RESERVED_HEADERS = frozenset({"outbox-id", "outbox-seq", "outbox-partition", "event-type"})
+
+KeyLike = str | bytes | None
+HeaderValue = str | bytes
+HeadersLike = Mapping[str, HeaderValue] | Iterable[tuple[str, HeaderValue]]
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One event for :func:`publish_many`."""
+
+    topic: str
+    key: KeyLike
+    value: Any
+    headers: HeadersLike | None = None
+    event_type: str | None = None
+
+
+def encode_key(key: KeyLike) -> bytes | None:
+    if key is None or isinstance(key, bytes):
+        return key
+    if isinstance(key, str):
+        return key.encode("utf-8")
+    raise InvalidEventError(f"event key must be str, bytes or None, not {type(key).__name__}")
+
+
+def encode_value(value: Any) -> bytes | None:
+    """bytes pass through, None is a tombstone, anything else is serialised as JSON."""
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise InvalidEventError(
+            f"event value is neither bytes nor JSON-serialisable: {exc}"
+        ) from exc
+
+
+def encode_headers(headers: HeadersLike | None) -> list[list[str]]:
+    if headers is None:
+        return []
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    encoded: list[list[str]] = []
+    for name, value in pairs:
+        if not isinstance(name, str) or not name:
+            raise InvalidEventError(f"header names must be non-empty strings, got {name!r}")
+        if name in RESERVED_HEADERS:
+            raise InvalidEventError(f"header {name!r} is set by the relay itself")
+        raw = value.encode("utf-8") if isinstance(value, str) else value
+        if not isinstance(raw, bytes):
+            raise InvalidEventError(f"header {name!r} must be str or bytes")
+        encoded.append([name, base64.b64encode(raw).decode("ascii")])
+    return encoded
+
+
+def decode_headers(stored: list[list[str]]) -> tuple[tuple[str, bytes], ...]:
+    return tuple((name, base64.b64decode(value)) for name, value in stored)
+
+
+def outbox_row(event: Event) -> dict[str, Any]:
+    if not isinstance(event.topic, str) or not TOPIC_NAME.match(event.topic):
+        raise InvalidEventError(
+            f"invalid Kafka topic name {event.topic!r}: use 1-249 of [A-Za-z0-9._-]"
+        )
+    return {
+        "topic": event.topic,
+        "key": encode_key(event.key),
+        "value": encode_value(event.value),
+        "event_type": event.event_type,
+        "headers": encode_headers(event.headers),
+    }

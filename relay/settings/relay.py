@@ -1,0 +1,165 @@
+"""Typed relay settings, read from ``RELAY_*`` environment variables and CLI flags.
+
+Every setting has an environment variable; the CLI flag of the same name wins over it.
+Any librdkafka property (SASL, SSL, timeouts) passes through ``-X name=value``, a
+properties file (``RELAY_KAFKA_CONFIG_FILE``) or ``RELAY_KAFKA_PROPERTIES``
+(``name=value`` pairs separated by ``;``). The relay owns the properties that its
+guarantees depend on; setting one of them is an error.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from relay.errors import ConfigurationError
+from relay.runtime.secrets import Secret, mask_properties, mask_url
+from relay.settings.loader import (
+    SettingsSource,
+    check_owned_properties,
+    parse_property_pairs,
+    read_properties_file,
+)
+
+# Properties the relay sets itself: a user value would break exactly-once delivery.
+RELAY_OWNED_PROPERTIES = frozenset(
+    {
+        "transactional.id",
+        "enable.idempotence",
+        "isolation.level",
+        "enable.auto.commit",
+        "group.id",
+        "partitioner",
+        "bootstrap.servers",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaSettings:
+    bootstrap_servers: str
+    properties: Mapping[str, Secret] = field(default_factory=dict)
+    transaction_timeout_ms: int = 60_000
+    request_timeout_s: float = 15.0
+
+    def client_config(self) -> dict[str, str | int | float | bool]:
+        """librdkafka configuration shared by every client the relay creates."""
+        config: dict[str, str | int | float | bool] = {
+            k: v.reveal() for k, v in self.properties.items()
+        }
+        config["bootstrap.servers"] = self.bootstrap_servers
+        return config
+
+    def describe(self) -> dict[str, str]:
+        shown = mask_properties({k: v.reveal() for k, v in self.properties.items()})
+        shown["bootstrap.servers"] = self.bootstrap_servers
+        return shown
+
+
+@dataclass(frozen=True, slots=True)
+class RelaySettings:
+    database_url: Secret
+    kafka: KafkaSettings
+    transactional_id_prefix: str = "outbox-relay"
+    positions_topic: str = "outbox-relay-positions"
+    positions_group: str = "outbox-relay-positions"
+    batch_size: int = 5000
+    poll_interval_s: float = 0.5
+    cleanup: bool = True
+    retry_attempts: int = 8
+
+    def transactional_id(self, partition: int) -> str:
+        return f"{self.transactional_id_prefix}-{partition}"
+
+    def describe(self) -> dict[str, str]:
+        """The settings as text that is safe to log."""
+        return {
+            "database_url": mask_url(self.database_url.reveal()),
+            "kafka": ", ".join(f"{k}={v}" for k, v in sorted(self.kafka.describe().items())),
+            "transactional_id_prefix": self.transactional_id_prefix,
+            "positions_topic": self.positions_topic,
+            "positions_group": self.positions_group,
+            "batch_size": str(self.batch_size),
+            "poll_interval_s": str(self.poll_interval_s),
+            "cleanup": str(self.cleanup),
+            "retry_attempts": str(self.retry_attempts),
+        }
+
+
+_EXPECTED_URL = "expected postgresql+psycopg://user:password@host:port/database"
+
+
+def check_database_url(url: str) -> str:
+    """``url`` when it names PostgreSQL through psycopg 3 (``postgresql://`` is taken to
+    mean that driver); a ConfigurationError otherwise."""
+    scheme, sep, rest = url.partition("://")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (a malformed port raises here)
+    except ValueError:
+        parts = None
+    if not sep or parts is None or not re.fullmatch(r"[a-z][a-z0-9+.-]*", scheme, re.I):
+        raise ConfigurationError(f"RELAY_DATABASE_URL is not a database URL ({_EXPECTED_URL})")
+    backend, _, driver = scheme.partition("+")
+    if backend != "postgresql":
+        raise ConfigurationError(f"RELAY_DATABASE_URL must point at PostgreSQL, got {backend!r}")
+    if driver not in ("", "psycopg"):
+        raise ConfigurationError(
+            f"RELAY_DATABASE_URL must use the psycopg driver (postgresql+psycopg://), "
+            f"got {scheme!r}"
+        )
+    return f"postgresql+psycopg://{rest}"
+
+
+def load_settings(
+    overrides: Mapping[str, object] | None = None,
+    kafka_pairs: Iterable[str] = (),
+    environ: Mapping[str, str] | None = None,
+) -> RelaySettings:
+    """Settings from ``RELAY_*``, with CLI ``overrides`` (None values ignored) on top."""
+    source = SettingsSource(overrides, environ)
+    database_url = source.text("database_url")
+    if not database_url:
+        raise ConfigurationError("no database: set RELAY_DATABASE_URL or --database-url")
+    return RelaySettings(
+        database_url=Secret(check_database_url(database_url)),
+        kafka=load_kafka_settings(source, kafka_pairs),
+        **_relay_changes(source),
+    )
+
+
+def load_kafka_settings(source: SettingsSource, kafka_pairs: Iterable[str] = ()) -> KafkaSettings:
+    bootstrap = source.text("kafka_bootstrap_servers")
+    if not bootstrap:
+        raise ConfigurationError(
+            "no Kafka broker: set RELAY_KAFKA_BOOTSTRAP_SERVERS or --kafka-bootstrap-servers"
+        )
+    properties: dict[str, str] = {}
+    if config_file := source.text("kafka_config_file"):
+        properties.update(read_properties_file(config_file))
+    env_pairs = source.environ("RELAY_KAFKA_PROPERTIES")
+    properties.update(parse_property_pairs(env_pairs.split(";"), "RELAY_KAFKA_PROPERTIES"))
+    properties.update(parse_property_pairs(kafka_pairs, "-X"))
+    check_owned_properties(properties, RELAY_OWNED_PROPERTIES, "the relay")
+    return KafkaSettings(
+        bootstrap_servers=bootstrap,
+        properties={k: Secret(v) for k, v in properties.items()},
+        transaction_timeout_ms=source.positive_int("transaction_timeout_ms") or 60_000,
+        request_timeout_s=source.positive_float("kafka_timeout_s") or 15.0,
+    )
+
+
+def _relay_changes(source: SettingsSource) -> dict[str, Any]:
+    """The relay's own settings that are given, by field name."""
+    found: dict[str, Any] = {
+        name: source.non_empty(name)
+        for name in ("transactional_id_prefix", "positions_topic", "positions_group")
+    }
+    found["batch_size"] = source.positive_int("batch_size")
+    found["retry_attempts"] = source.positive_int("retry_attempts")
+    found["poll_interval_s"] = source.positive_float("poll_interval_s")
+    found["cleanup"] = source.boolean("cleanup")
+    return {name: value for name, value in found.items() if value is not None}

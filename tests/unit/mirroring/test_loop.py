@@ -1,0 +1,214 @@
+"""The mirror's consume loop over in-memory ports: batching, targets, offsets past
+markers, conflicts (zombies), revocation and retries."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from relay.errors import GaveUpError, MirrorOffsetConflict
+from relay.mirroring.applier import Applier
+from relay.mirroring.loop import MirrorLoop
+from relay.mirroring.types import Batch, TopicPartitionKey
+from relay.runtime.retry import RetryPolicy
+from tests.fakes.mirroring import FakeStream, MemoryStore, items_table, logs_of, names, record
+
+P0: TopicPartitionKey = ("t", 0)
+P1: TopicPartitionKey = ("t", 1)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        self.now += 0.001
+        return self.now
+
+    def wait(self, seconds: float, stop: threading.Event | None = None) -> bool:
+        self.now += seconds
+        return stop is not None and stop.is_set()
+
+
+def make_loop(
+    store: MemoryStore,
+    targets: dict[TopicPartitionKey, int] | None,
+    batch_size: int = 100,
+    retry: RetryPolicy | None = None,
+) -> MirrorLoop:
+    return MirrorLoop(
+        Applier([items_table()], store),
+        store,
+        batch_size=batch_size,
+        max_wait_s=0.5,
+        targets=targets,
+        retry=retry or RetryPolicy(initial_delay_s=0.01),
+        clock=FakeClock(),
+    )
+
+
+def run_once(store: MemoryStore, stream: FakeStream, batch_size: int = 100) -> MirrorLoop:
+    loop = make_loop(store, dict(stream.stable), batch_size)
+    stream.assign(sorted(stream.stable), loop)
+    loop.run(stream)
+    return loop
+
+
+def test_once_applies_up_to_the_last_stable_offsets_and_stores_offsets_past_markers() -> None:
+    # Partition 0: a committed transaction (0-2, marker 3), an aborted one (4-5, abort
+    # marker 6) the consumer never shows; partition 1: two records and a marker.
+    stream = FakeStream(
+        logs_of([record(0, 1, "a"), record(1, 2, "b"), record(2, 1, "c")])
+        | logs_of([record(0, 3, "x", 1), record(1, 4, "y", 1)]),
+        stable={P0: 7, P1: 3},
+    )
+    store = MemoryStore()
+    loop = run_once(store, stream)
+    assert store.offsets == {P0: 7, P1: 3}
+    assert names(store) == {1: "c", 2: "b", 3: "x", 4: "y"}
+    summary = loop.summary()
+    assert (
+        summary.total("applied"),
+        summary.total("dead_lettered"),
+        summary.total("conflicts"),
+    ) == (5, 0, 0)
+
+
+def test_records_past_the_target_are_left_for_the_next_run() -> None:
+    stream = FakeStream(logs_of([record(n, n, f"n{n}") for n in range(10)]), stable={P0: 10})
+    store = MemoryStore()
+    loop = make_loop(store, {P0: 6})
+    stream.assign([P0], loop)
+    loop.run(stream)
+    assert store.offsets == {P0: 6}
+    assert [offset for _, _, offset in store.applied] == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_partition_with_only_aborted_records_still_advances_its_offset() -> None:
+    stream = FakeStream({P0: []}, stable={P0: 4})  # aborted records 0-2, abort marker 3
+    store = MemoryStore(offsets={P0: 0})
+    run_once(store, stream)
+    assert store.offsets == {P0: 4}
+    assert store.applied == []
+
+
+def test_nothing_committed_yet_stores_nothing() -> None:
+    stream = FakeStream({P0: []}, stable={P0: 0})
+    store = MemoryStore()
+    run_once(store, stream)
+    assert store.offsets == {}
+
+
+def test_starts_from_the_stored_offset() -> None:
+    stream = FakeStream(logs_of([record(n, n, f"n{n}") for n in range(8)]), stable={P0: 8})
+    store = MemoryStore(offsets={P0: 5})
+    run_once(store, stream)
+    assert [offset for _, _, offset in store.applied] == [5, 6, 7]
+
+
+def test_batches_hold_at_most_batch_size_records() -> None:
+    stream = FakeStream(logs_of([record(n, n, f"n{n}") for n in range(10)]), stable={P0: 11})
+    store = MemoryStore()
+    sizes: list[int] = []
+    store.before_apply = lambda batch: sizes.append(len(batch.items))
+    run_once(store, stream, batch_size=3)
+    assert sizes == [3, 3, 3, 1]
+    assert store.offsets == {P0: 11}
+
+
+def test_a_zombie_batch_is_rolled_back_and_the_partition_continues_from_the_stored_offset() -> None:
+    """Another consumer applied offsets 0-1 after this one fetched 0-3: the batch's
+    compare-and-set fails, nothing is applied twice, and reading goes back to offset 2
+    (continuing at 4 would skip two records)."""
+    stream = FakeStream(logs_of([record(n, n, f"n{n}") for n in range(8)]), stable={P0: 8})
+    store = MemoryStore()
+
+    def other_consumer_wins(batch: Batch) -> None:
+        if not store.offsets:
+            store.offsets[P0] = 2
+            store.applied.extend(("t", 0, n) for n in range(2))
+
+    store.before_apply = other_consumer_wins
+    loop = run_once(store, stream, batch_size=4)
+    assert sorted(offset for _, _, offset in store.applied) == list(range(8))
+    assert stream.seeks == [(P0, 2)]
+    assert store.offsets == {P0: 8}
+    assert loop.summary().total("conflicts") == 1
+
+
+def test_revoked_partitions_drop_their_fetched_records() -> None:
+    stream = FakeStream(logs_of([record(n, n, f"n{n}") for n in range(6)]), stable={P0: 6})
+    store = MemoryStore()
+    loop = make_loop(store, None, batch_size=100)
+    stop = threading.Event()
+    polls = 0
+
+    def revoke_after_three(s: FakeStream) -> None:
+        nonlocal polls
+        polls += 1
+        if polls == 4:
+            s.revoke([P0])
+        if polls > 6:
+            stop.set()
+
+    stream.on_poll = revoke_after_three
+    stream.assign([P0], loop)
+    loop.run(stream, stop)
+    assert store.applied == []
+    assert store.offsets == {}
+
+
+def test_stopping_applies_what_is_fetched() -> None:
+    stream = FakeStream(logs_of([record(n, n, f"n{n}") for n in range(5)]), stable={P0: 5})
+    store = MemoryStore()
+    loop = make_loop(store, None)
+    stop = threading.Event()
+    polls = 0
+
+    def stop_at_the_third(_s: FakeStream) -> None:
+        nonlocal polls
+        polls += 1
+        if polls == 3:
+            stop.set()  # this poll still returns its record
+
+    stream.on_poll = stop_at_the_third
+    stream.assign([P0], loop)
+    loop.run(stream, stop)
+    assert [offset for _, _, offset in store.applied] == [0, 1, 2]
+    assert store.offsets == {P0: 3}
+
+
+def test_transient_errors_are_retried_with_the_same_batch() -> None:
+    stream = FakeStream(logs_of([record(n, n, f"n{n}") for n in range(3)]), stable={P0: 3})
+    store = MemoryStore(fail_next=2)
+    run_once(store, stream)
+    assert [offset for _, _, offset in store.applied] == [0, 1, 2]
+
+
+def test_gives_up_when_the_retry_policy_does() -> None:
+    stream = FakeStream(logs_of([record(0, 1, "a")]), stable={P0: 1})
+    store = MemoryStore(fail_next=100)
+    loop = make_loop(store, {P0: 1}, retry=RetryPolicy(initial_delay_s=0.01, max_attempts=3))
+    stream.assign([P0], loop)
+    with pytest.raises(GaveUpError, match="failed 3 times: connection lost"):
+        loop.run(stream)
+    assert store.offsets == {}
+
+
+def test_dead_letters_and_tombstones_in_one_batch() -> None:
+    stream = FakeStream(
+        logs_of([record(0, 1, "a"), record(1, None, "no key"), record(2, 1, None)]),
+        stable={P0: 3},
+    )
+    store = MemoryStore()
+    loop = run_once(store, stream)
+    assert names(store) == {}  # created, then deleted by the tombstone
+    assert [d.error for d in store.dead] == ["items: record has no key"]
+    assert (loop.summary().total("applied"), loop.summary().total("dead_lettered")) == (2, 1)
+    assert store.offsets == {P0: 3}
+
+
+def test_conflict_error_carries_the_partition() -> None:
+    error = MirrorOffsetConflict("moved", "t", 3, 17)
+    assert (error.topic, error.partition, error.expected, error.exit_code) == ("t", 3, 17, 5)

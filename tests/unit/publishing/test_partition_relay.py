@@ -1,0 +1,94 @@
+import pytest
+
+from relay.errors import GaveUpError, ProducerFencedError
+from relay.publishing.partition_relay import PartitionRelay
+from relay.runtime.retry import RetryPolicy
+from tests.fakes.publishing import FakeClock, MemoryKafka, MemoryOutbox, record
+
+
+def make(outbox: MemoryOutbox, kafka: MemoryKafka, **kw: object) -> PartitionRelay:
+    return PartitionRelay(0, outbox, kafka.publisher(0), clock=FakeClock(), **kw)  # type: ignore[arg-type]
+
+
+def test_drain_publishes_in_batches_and_cleans_up_only_committed_rows() -> None:
+    outbox, kafka = MemoryOutbox(), MemoryKafka()
+    outbox.add(*(record(0, s) for s in range(1, 8)))
+    result = make(outbox, kafka, batch_size=3).drain()
+    assert [r.seq for r in kafka.committed] == list(range(1, 8))
+    assert (result.records, result.batches, result.position) == (7, 3, 7)
+    assert kafka.positions[0] == 7
+    assert outbox.rows[0] == []
+
+
+def test_drain_stops_at_rows_committed_when_it_started() -> None:
+    outbox, kafka = MemoryOutbox(), MemoryKafka()
+    outbox.add(record(0, 1), record(0, 2))
+    relay = make(outbox, kafka, batch_size=1)
+    relay.start()
+    target_rows = outbox.high_water(0)
+    original_fetch = outbox.fetch
+
+    def fetch_then_write(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        rows = original_fetch(*args, **kwargs)  # type: ignore[arg-type]
+        outbox.add(record(0, outbox.high_water(0) + 1))  # a writer keeps committing
+        return rows
+
+    outbox.fetch = fetch_then_write  # type: ignore[method-assign]
+    result = relay.drain()
+    assert result.position == target_rows == 2
+
+
+def test_restart_resumes_from_the_committed_position_without_duplicates() -> None:
+    outbox, kafka = MemoryOutbox(), MemoryKafka()
+    outbox.add(*(record(0, s) for s in range(1, 5)))
+    # First instance committed seq 1..2 but crashed before housekeeping.
+    kafka.committed.extend(outbox.fetch(0, 0, 2))
+    kafka.positions[0] = 2
+    make(outbox, kafka).drain()
+    assert [r.seq for r in kafka.committed] == [1, 2, 3, 4]
+
+
+def test_zombie_is_fenced_and_publishes_nothing() -> None:
+    outbox, kafka = MemoryOutbox(), MemoryKafka()
+    outbox.add(*(record(0, s) for s in range(1, 4)))
+    zombie = make(outbox, kafka, cleanup=False)
+    zombie.start()
+    make(outbox, kafka, cleanup=False).drain()
+    with pytest.raises(ProducerFencedError):
+        zombie.publish_batch()
+    assert [r.seq for r in kafka.committed] == [1, 2, 3]
+
+
+def test_retriable_commit_failure_aborts_and_retries_the_same_batch() -> None:
+    outbox, kafka = MemoryOutbox(), MemoryKafka(fail_next_commits=2)
+    outbox.add(record(0, 1), record(0, 2))
+    relay = make(outbox, kafka, retry=RetryPolicy(initial_delay_s=0.5, max_attempts=5))
+    relay.drain()
+    assert [r.seq for r in kafka.committed] == [1, 2]
+
+
+def test_gives_up_after_the_retry_policy_and_keeps_rows() -> None:
+    outbox, kafka = MemoryOutbox(), MemoryKafka(fail_next_commits=10)
+    outbox.add(record(0, 1))
+    relay = make(outbox, kafka, retry=RetryPolicy(max_attempts=3))
+    with pytest.raises(GaveUpError, match="failed 3 times"):
+        relay.drain()
+    assert kafka.committed == []
+    assert len(outbox.rows[0]) == 1
+
+
+def test_position_is_unknown_before_fencing() -> None:
+    relay = make(MemoryOutbox(), MemoryKafka())
+    with pytest.raises(RuntimeError, match="fenced"):
+        _ = relay.position
+
+
+def test_a_position_beyond_the_database_is_refused() -> None:
+    from relay.errors import ConfigurationError
+
+    outbox, kafka = MemoryOutbox(), MemoryKafka()
+    outbox.add(record(0, 1))
+    kafka.positions[0] = 50  # left by another outbox database using the same group
+    with pytest.raises(ConfigurationError, match="belongs to another outbox database"):
+        make(outbox, kafka).start()
+    assert kafka.committed == []
