@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from sqlalchemy import Connection, Engine, text
 
+from relay.errors import InvalidEventError
 from relay.postgres.engine import database_errors
 from relay.publishing.events import decode_headers
 from relay.publishing.types import OutboxRecord
@@ -38,6 +40,8 @@ _DEAD_LETTER = text(
 )
 _PARTITIONS = text("SELECT partitions FROM outbox_settings")
 _MAX_SEQ = 2**63 - 1
+
+log = logging.getLogger(__name__)
 
 
 class PostgresOutboxSource:
@@ -72,19 +76,44 @@ class PostgresOutboxSource:
         }
         with self._connection("reading the outbox") as conn:
             rows = conn.execute(_FETCH, params).all()
-        return [
-            OutboxRecord(
-                id=row.id,
-                partition=row.partition,
-                seq=row.seq,
-                topic=row.topic,
-                key=row.key,
-                value=row.value,
-                event_type=row.event_type,
-                headers=decode_headers(row.headers),
+        records: list[OutboxRecord] = []
+        unreadable: dict[int, str] = {}
+        for row in rows:
+            try:
+                headers = decode_headers(row.headers)
+            except InvalidEventError as exc:
+                unreadable[row.id] = str(exc)
+                continue
+            records.append(
+                OutboxRecord(
+                    id=row.id,
+                    partition=row.partition,
+                    seq=row.seq,
+                    topic=row.topic,
+                    key=row.key,
+                    value=row.value,
+                    event_type=row.event_type,
+                    headers=headers,
+                )
             )
-            for row in rows
-        ]
+        if unreadable:
+            self._dead_letter_unreadable(partition, unreadable)
+        return records
+
+    def _dead_letter_unreadable(self, partition: int, reasons: dict[int, str]) -> None:
+        """Rows that can never become a Kafka record leave the outbox for the dead-letter
+        table, each with its reason, in one transaction (I5); the relay goes on."""
+        with self._connection("moving rows to outbox_dead_letters", begin=True) as conn:
+            for outbox_id, reason in reasons.items():
+                params = {"partition": partition, "ids": [outbox_id], "error": reason}
+                conn.execute(_DEAD_LETTER, params)
+        log.error(
+            "relay partition %d: moved %d outbox row(s) that cannot become Kafka records "
+            "to outbox_dead_letters: %s",
+            partition,
+            len(reasons),
+            "; ".join(f"{i}: {r}" for i, r in sorted(reasons.items())),
+        )
 
     def last_assigned_seq(self) -> int:
         with self._connection("reading outbox_seq") as conn:

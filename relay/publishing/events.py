@@ -7,6 +7,7 @@ Pure: validating and encoding an event needs no database. The row is written by
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -17,6 +18,7 @@ from relay.errors import InvalidEventError
 
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 RESERVED_HEADERS = frozenset({"outbox-id", "outbox-seq", "outbox-partition", "event-type"})
+RESERVED_HEADER_PREFIX = "outbox-"  # every header named outbox-* is the relay's own
 
 KeyLike = str | bytes | None
 HeaderValue = str | bytes
@@ -64,7 +66,7 @@ def encode_headers(headers: HeadersLike | None) -> list[list[str]]:
     for name, value in pairs:
         if not isinstance(name, str) or not name:
             raise InvalidEventError(f"header names must be non-empty strings, got {name!r}")
-        if name in RESERVED_HEADERS:
+        if is_reserved_header(name):
             raise InvalidEventError(f"header {name!r} is set by the relay itself")
         raw = value.encode("utf-8") if isinstance(value, str) else value
         if not isinstance(raw, bytes):
@@ -73,8 +75,45 @@ def encode_headers(headers: HeadersLike | None) -> list[list[str]]:
     return encoded
 
 
-def decode_headers(stored: list[list[str]]) -> tuple[tuple[str, bytes], ...]:
-    return tuple((name, base64.b64decode(value)) for name, value in stored)
+def is_reserved_header(name: str) -> bool:
+    return name in RESERVED_HEADERS or name.startswith(RESERVED_HEADER_PREFIX)
+
+
+def decode_headers(stored: object) -> tuple[tuple[str, bytes], ...]:
+    """The headers column (``[[name, base64 value], ...]``) as Kafka headers.
+
+    Rows written by plain SQL, COPY or another language may hold anything: each way the
+    column can be wrong is an InvalidEventError whose text becomes the dead letter's
+    reason (I5, docs/invariants.md)."""
+    if not isinstance(stored, list):
+        raise InvalidEventError(
+            f"headers must be a JSON array of [name, base64 value] pairs, got {_shown(stored)}"
+        )
+    decoded: list[tuple[str, bytes]] = []
+    for pair in stored:
+        if (
+            not isinstance(pair, list)
+            or len(pair) != 2
+            or not isinstance(pair[0], str)
+            or not pair[0]
+            or not isinstance(pair[1], str)
+        ):
+            raise InvalidEventError(
+                f"each header must be a [name, base64 value] pair, got {_shown(pair)}"
+            )
+        name, value = pair
+        if is_reserved_header(name):
+            raise InvalidEventError(f"header {name!r} is set by the relay itself")
+        try:
+            decoded.append((name, base64.b64decode(value, validate=True)))
+        except (binascii.Error, ValueError):
+            raise InvalidEventError(f"header {name!r}: its value is not base64") from None
+    return tuple(decoded)
+
+
+def _shown(value: object, limit: int = 60) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=repr)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def outbox_row(event: Event) -> dict[str, Any]:

@@ -102,3 +102,47 @@ def test_missing_topic_keeps_rows_until_it_exists(
     assert service.returncode == 0, log.read_text()
     assert_exactly_once_in_order(read_committed(relay_env.bootstrap_servers, topic), ids)
     kafka_admin.delete_topics([topic])
+
+
+MALFORMED_HEADERS = (
+    ('{"trace": "abc"}', "headers must be a JSON array"),  # an object, not [[name, value]]
+    ('[["trace", "!!not base64!!"]]', "not base64"),
+    ('[["trace"]]', "[name, base64 value]"),
+    ('[["outbox-id", "MQ=="]]', "set by the relay itself"),  # would override ours
+    ('[["event-type", "ZXZpbA=="]]', "set by the relay itself"),
+)
+
+
+def test_rows_written_by_plain_sql_that_cannot_become_records_are_dead_lettered(
+    relay_env: RelayTestEnv, topic: str
+) -> None:
+    """Rows from plain SQL, COPY or another language with malformed headers go to
+    outbox_dead_letters; the good rows around them are published; the run exits 0."""
+    good_before = publish_events(
+        relay_env.database_url, [relay.Event(topic, "k", {"n": n}) for n in range(3)]
+    )
+    for headers, _ in MALFORMED_HEADERS:
+        relay_env.sql(
+            "INSERT INTO outbox (topic, key, value, headers) "
+            "VALUES (:t, 'k', '\\x7b7d', CAST(:h AS jsonb))",
+            t=topic,
+            h=headers,
+        )
+    bad = {int(r[0]) for r in relay_env.sql("SELECT id FROM outbox")} - good_before  # type: ignore[call-overload]
+    good = (
+        publish_events(
+            relay_env.database_url, [relay.Event(topic, "k", {"n": n}) for n in range(3, 6)]
+        )
+        - bad
+    )
+
+    result = run_relay(relay_env, "run", "--once")
+    assert result.returncode == 0, result.stderr
+
+    dead = dict(relay_env.sql("SELECT outbox_id, error FROM outbox_dead_letters"))  # type: ignore[arg-type]
+    assert set(dead) == bad
+    for (headers, reason), outbox_id in zip(MALFORMED_HEADERS, sorted(bad), strict=True):
+        assert reason in str(dead[outbox_id]), (headers, dead[outbox_id])
+    consumed = read_committed(relay_env.bootstrap_servers, topic)
+    assert_exactly_once_in_order(consumed, good)
+    assert relay_env.sql("SELECT count(*) FROM outbox") == [(0,)]
