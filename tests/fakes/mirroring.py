@@ -6,10 +6,10 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from relay.errors import MirrorOffsetConflict, RetriableError
-from relay.mirror.mapping import parse_mapping
-from relay.mirror.ports import AssignmentListener
-from relay.mirror.types import (
+from relay.errors import KafkaError, MirrorOffsetConflict, RetriableError
+from relay.mirroring.mapping import parse_mapping
+from relay.mirroring.ports import AssignmentListener
+from relay.mirroring.types import (
     ApplyResult,
     Batch,
     ColumnKind,
@@ -48,7 +48,11 @@ def record(offset: int, item_id: int | None, name: str | None, partition: int = 
 
 @dataclass
 class MemoryStore:
-    """Offsets with compare-and-set, version-guarded rows, dead letters, applied log."""
+    """Offsets with compare-and-set, version-guarded rows, dead letters, applied log.
+
+    ``rejects`` stands in for the database's constraints: the reason it refuses an
+    operation, or None. A record with a refused operation is dead-lettered whole and the
+    rest of its batch still applies, as PostgreSQL's per-record savepoints do."""
 
     offsets: dict[TopicPartitionKey, int] = field(default_factory=dict)
     rows: dict[tuple[str, tuple[object, ...]], dict[str, object]] = field(default_factory=dict)
@@ -56,6 +60,7 @@ class MemoryStore:
     applied: list[tuple[str, int, int]] = field(default_factory=list)  # topic, partition, offset
     fail_next: int = 0
     before_apply: Callable[[Batch], None] | None = None
+    rejects: Callable[[Upsert | Delete], str | None] | None = None
 
     def stored_offsets(
         self, partitions: Sequence[TopicPartitionKey]
@@ -74,16 +79,25 @@ class MemoryStore:
         before_commit()
         self.offsets[tp] = batch.next_offset
         applied = 0
+        dead: list[DeadLetter] = []
         for item in batch.items:
+            refused = self._refused(item.ops)
             if item.error is not None:
-                self.dead.append(DeadLetter(item.record, item.error))
+                dead.append(DeadLetter(item.record, item.error))
+            elif refused is not None:
+                dead.append(DeadLetter(item.record, f"database rejected the record: {refused}"))
             elif item.ops:
                 applied += 1
                 self.applied.append((item.record.topic, item.record.partition, item.record.offset))
                 for op in item.ops:
                     self._run(op)
-        dead = tuple(DeadLetter(i.record, i.error) for i in batch.items if i.error is not None)
-        return ApplyResult(applied, sum(1 for i in batch.items if i.skipped), dead)
+        self.dead.extend(dead)
+        return ApplyResult(applied, sum(1 for i in batch.items if i.skipped), tuple(dead))
+
+    def _refused(self, ops: Sequence[Upsert | Delete]) -> str | None:
+        if self.rejects is None:
+            return None
+        return next((reason for op in ops if (reason := self.rejects(op)) is not None), None)
 
     def _run(self, op: Upsert | Delete) -> None:
         if isinstance(op, Upsert):
@@ -104,7 +118,12 @@ class MemoryStore:
 class FakeStream:
     """Partition logs with a last stable offset each; delivers records in offset order,
     then a PartitionEnd at the last stable offset, like a read_committed consumer.
-    Offsets missing from a log stand for transaction markers or aborted records."""
+    Offsets missing from a log stand for transaction markers or aborted records; records
+    at or past the last stable offset belong to open transactions.
+
+    Like librdkafka, it reports a PartitionEnd again whenever the last stable offset moves
+    past the position (also over aborted records and markers alone), and a position past
+    the end of the log (the last stable offset, or past the last record) is an error."""
 
     logs: dict[TopicPartitionKey, list[KafkaRecord]] = field(default_factory=dict)
     stable: dict[TopicPartitionKey, int] = field(default_factory=dict)
@@ -131,14 +150,20 @@ class FakeStream:
         if self.on_poll is not None:
             self.on_poll(self)
         for tp, position in sorted(self.positions.items()):
-            upcoming = [r for r in self.logs.get(tp, []) if position <= r.offset < self.stable[tp]]
+            log, stable = self.logs.get(tp, []), self.stable[tp]
+            end = max([stable, *(r.offset + 1 for r in log)])
+            if position > end:
+                raise KafkaError(
+                    f"{tp[0]}[{tp[1]}]: offset {position} is past the end of the log ({end})"
+                )
+            upcoming = [r for r in log if position <= r.offset < stable]
             if upcoming:
                 self.positions[tp] = upcoming[0].offset + 1
                 self.ended.discard(tp)
                 return upcoming[0]
-            if tp not in self.ended:
+            if tp not in self.ended or position < stable:
                 self.ended.add(tp)
-                self.positions[tp] = max(position, self.stable[tp])
+                self.positions[tp] = max(position, stable)
                 return PartitionEnd(tp[0], tp[1], self.positions[tp])
         return None
 

@@ -6,8 +6,15 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from relay.errors import ProducerFencedError, RetriableError
-from relay.types import OutboxRecord
+from relay.errors import (
+    ProducerFencedError,
+    RetriableError,
+    TopicMissingError,
+    UndeliverableEventError,
+)
+from relay.kafka.publisher import record_headers
+from relay.kafka.topics import single_record_batch_size
+from relay.publishing.types import OutboxRecord
 
 
 class FakeClock:
@@ -54,10 +61,12 @@ class MemoryOutbox:
     dead: list[tuple[int, str]] = field(default_factory=list)
 
     def dead_letter(self, partition: int, outbox_ids: Sequence[int], error: str) -> int:
+        # Like the database: only rows of ``partition`` that still exist move.
         before = self.rows.get(partition, [])
+        moved = [r.id for r in before if r.id in outbox_ids]
         self.rows[partition] = [r for r in before if r.id not in outbox_ids]
-        self.dead.extend((i, error) for i in outbox_ids)
-        return len(before) - len(self.rows[partition])
+        self.dead.extend((i, error) for i in moved)
+        return len(moved)
 
     def delete_published(self, partition: int, up_to_seq: int) -> int:
         before = self.rows.get(partition, [])
@@ -65,14 +74,26 @@ class MemoryOutbox:
         return len(before) - len(self.rows[partition])
 
 
+@dataclass(frozen=True)
+class MemoryTopic:
+    """What a destination topic accepts (``max.message.bytes``, ``cleanup.policy``)."""
+
+    max_message_bytes: int | None = None
+    compacted: bool = False
+
+
 @dataclass
 class MemoryKafka:
-    """Committed records and positions, with producer epochs for fencing."""
+    """Committed records and positions, with producer epochs for fencing.
+
+    ``topics`` are the destination topics that exist; None means every topic exists and
+    accepts every record."""
 
     committed: list[OutboxRecord] = field(default_factory=list)
     positions: dict[int, int] = field(default_factory=dict)
     epochs: dict[int, int] = field(default_factory=dict)
     fail_next_commits: int = 0
+    topics: dict[str, MemoryTopic] | None = None
 
     def publisher(self, partition: int) -> MemoryPublisher:
         return MemoryPublisher(self, partition)
@@ -80,31 +101,67 @@ class MemoryKafka:
 
 @dataclass
 class MemoryPublisher:
+    """Behaves like the Kafka adapter: only the first :meth:`fence` takes the partition
+    over (a producer initialises its transactions once), and an instance learns that it
+    was fenced only when it commits; from then on it refuses everything."""
+
     kafka: MemoryKafka
     partition: int
-    epoch: int = -1
+    epoch: int | None = None
     pending: list[OutboxRecord] | None = None
+    fenced: bool = False
     closed: bool = False
 
     def fence(self) -> int:
-        self.epoch = self.kafka.epochs.get(self.partition, 0) + 1
-        self.kafka.epochs[self.partition] = self.epoch
+        if self.epoch is None:
+            self.epoch = self.kafka.epochs.get(self.partition, 0) + 1
+            self.kafka.epochs[self.partition] = self.epoch
         return self.kafka.positions.get(self.partition, 0)
 
-    def _check_epoch(self) -> None:
-        if self.kafka.epochs[self.partition] != self.epoch:
+    def _check_fenced(self) -> None:
+        if self.fenced:
             raise ProducerFencedError("fenced")
 
     def begin(self) -> None:
-        self._check_epoch()
+        self._check_fenced()
         self.pending = []
 
     def send(self, records: Sequence[OutboxRecord]) -> None:
         assert self.pending is not None
+        refused = self._refused(records)
+        if refused:
+            ids = tuple(sorted(refused))
+            raise UndeliverableEventError(
+                f"Kafka refuses outbox rows {list(ids)}", ids, refused[ids[0]]
+            )
         self.pending.extend(records)
 
+    def _refused(self, records: Sequence[OutboxRecord]) -> dict[int, str]:
+        """Like the adapter's topic check: a missing topic raises, records a topic can
+        never accept are refused by outbox id, before anything is sent."""
+        if self.kafka.topics is None:
+            return {}
+        refused: dict[int, str] = {}
+        for r in records:
+            topic = self.kafka.topics.get(r.topic)
+            if topic is None:
+                raise TopicMissingError(f"topic {r.topic!r} does not exist")
+            if topic.compacted and r.key is None:
+                refused[r.id] = f"topic {r.topic} is compacted and the event has no key"
+                continue
+            size = single_record_batch_size(r.key, r.value, record_headers(r))
+            if topic.max_message_bytes is not None and size > topic.max_message_bytes:
+                refused[r.id] = (
+                    f"{size} bytes exceed max.message.bytes={topic.max_message_bytes} "
+                    f"of topic {r.topic} (MSG_SIZE_TOO_LARGE)"
+                )
+        return refused
+
     def commit(self, position: int) -> None:
-        self._check_epoch()
+        self._check_fenced()
+        if self.kafka.epochs.get(self.partition) != self.epoch:
+            self.fenced = True
+            raise ProducerFencedError("fenced")
         if self.kafka.fail_next_commits:
             self.kafka.fail_next_commits -= 1
             raise RetriableError("broker hiccup")
@@ -114,6 +171,7 @@ class MemoryPublisher:
         self.pending = None
 
     def abort(self) -> None:
+        self._check_fenced()
         self.pending = None
 
     def close(self) -> None:

@@ -1,0 +1,112 @@
+"""Shared pieces of the contract suites.
+
+Each suite in this directory runs the same tests against the in-memory fake of a port
+(id ``memory``) and against its real adapter (id ``postgres`` or ``kafka``). The real
+variants are marked ``integration``: they need the servers that ``tests/conftest.py``
+provides.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from confluent_kafka import Consumer, TopicPartition
+
+from relay.postgres.engine import make_engine
+from relay.runtime.secrets import Secret
+from relay.settings.relay import KafkaSettings
+from tests.integration.support import migrate
+
+RELAY_PARTITIONS = 4
+TIMEOUT_S = 20.0
+
+
+def memory_and(real: str) -> list[Any]:
+    """The parameters of a contract fixture: the fake, and the real adapter ``real``
+    (an integration test)."""
+    return [pytest.param("memory"), pytest.param(real, marks=pytest.mark.integration)]
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = TIMEOUT_S) -> None:
+    """Check ``condition`` until it holds; fail naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def migrated_database(database_url: str) -> str:
+    """A fresh database with the relay's schema and 4 relay partitions."""
+    migrate(database_url, RELAY_PARTITIONS)
+    return database_url
+
+
+@pytest.fixture
+def engine(migrated_database: str) -> Iterator[sa.Engine]:
+    engine = make_engine(Secret(migrated_database), pool_size=2)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def kafka_settings(bootstrap_servers: str) -> KafkaSettings:
+    return KafkaSettings(bootstrap_servers)
+
+
+class Watermarks:
+    """The last stable offset and the high watermark of topic partitions, read straight
+    from the broker (not through the adapter under test), to wait for a transaction's
+    markers: ``commit_transaction()`` returns before the broker has written them."""
+
+    def __init__(self, bootstrap_servers: str) -> None:
+        def consumer(isolation: str) -> Consumer:
+            return Consumer(
+                {
+                    "bootstrap.servers": bootstrap_servers,
+                    "group.id": f"contract-watermarks-{uuid.uuid4().hex}",
+                    "isolation.level": isolation,
+                }
+            )
+
+        self._committed = consumer("read_committed")
+        self._uncommitted = consumer("read_uncommitted")
+
+    def read(self, topic: str, partition: int) -> tuple[int, int]:
+        """(last stable offset, high watermark)."""
+        tp = TopicPartition(topic, partition)
+        _, stable = self._committed.get_watermark_offsets(tp, timeout=10, cached=False)
+        _, high = self._uncommitted.get_watermark_offsets(tp, timeout=10, cached=False)
+        return int(stable), int(high)
+
+    def wait_for(self, topic: str, partition: int, stable: int, high: int) -> None:
+        wait_until(
+            lambda: self.read(topic, partition) == (stable, high),
+            f"{topic}[{partition}] to reach last stable offset {stable}, high watermark {high}",
+        )
+
+    def wait_settled(self, topic: str, partition: int) -> None:
+        """Until no transaction is open on the partition (its markers are written)."""
+
+        def settled() -> bool:
+            stable, high = self.read(topic, partition)
+            return stable == high
+
+        wait_until(settled, f"the transactions on {topic}[{partition}] to settle")
+
+    def close(self) -> None:
+        self._committed.close()
+        self._uncommitted.close()
+
+
+@pytest.fixture
+def watermarks(bootstrap_servers: str) -> Iterator[Watermarks]:
+    marks = Watermarks(bootstrap_servers)
+    yield marks
+    marks.close()
