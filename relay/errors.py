@@ -12,6 +12,7 @@ Exit codes: 1 a run failed (:class:`RelayError`), 2 configuration, 3 database, 4
 
     RelayError (1)
     ├── ConfigurationError (2)
+    │   └── PositionsMismatchError     positions that do not fit this database
     ├── DatabaseError (3)
     │   ├── DatabaseUnreachableError
     │   └── MigrationsNotAppliedError
@@ -47,6 +48,12 @@ class ConfigurationError(RelayError):
     """A setting is missing, malformed or unknown."""
 
     exit_code = 2
+
+
+class PositionsMismatchError(ConfigurationError):
+    """The positions in Kafka do not fit this database: committed for another database or
+    by relays with another prefix, beyond what it assigned, or below what it recorded as
+    published (the positions group's offsets expired or were deleted)."""
 
 
 class DatabaseError(RelayError):

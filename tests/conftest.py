@@ -131,34 +131,45 @@ def _create_test_role(
 
 
 @pytest.fixture
-def database_url(endpoints: Endpoints) -> Iterator[str]:
-    """SQLAlchemy URL of a fresh, empty database that is dropped after the test.
+def make_database(endpoints: Endpoints) -> Iterator[Callable[[], str]]:
+    """Creates fresh, empty databases, each dropped after the test; returns its URL.
 
-    Where the admin role may create roles (always with the local servers), the database is
+    Where the admin role may create roles (always with the local servers), each database is
     owned by a fresh role of its own that the URL logs in as, dropped with the database."""
-    name = f"test_{uuid.uuid4().hex}"
-    password = uuid.uuid4().hex
     base = make_url(endpoints.database_url)
     admin = _libpq_url(make_url(endpoints.admin_database_url))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        own_role = _create_test_role(conn, name, password)
-        owner = name if own_role else base.username
-        create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
-        if owner:
-            create += sql.SQL(" OWNER {}").format(sql.Identifier(owner))
-        conn.execute(create)
-    target = base.set(database=name)
-    if own_role:
-        target = target.set(username=name, password=password)
-    try:
-        yield target.render_as_string(hide_password=False)
-    finally:
+    created: list[tuple[str, bool]] = []
+
+    def make() -> str:
+        name = f"test_{uuid.uuid4().hex}"
+        password = uuid.uuid4().hex
         with psycopg.connect(admin, autocommit=True) as conn:
+            own_role = _create_test_role(conn, name, password)
+            owner = name if own_role else base.username
+            create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+            if owner:
+                create += sql.SQL(" OWNER {}").format(sql.Identifier(owner))
+            conn.execute(create)
+        created.append((name, own_role))
+        target = base.set(database=name)
+        if own_role:
+            target = target.set(username=name, password=password)
+        return target.render_as_string(hide_password=False)
+
+    yield make
+    with psycopg.connect(admin, autocommit=True) as conn:
+        for name, own_role in created:
             conn.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
             if own_role:
                 conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def database_url(make_database: Callable[[], str]) -> str:
+    """SQLAlchemy URL of a fresh, empty database that is dropped after the test."""
+    return make_database()
 
 
 @pytest.fixture(scope="session")

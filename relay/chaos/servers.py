@@ -12,6 +12,7 @@ import logging
 import os
 import shutil
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -77,6 +78,18 @@ def start_servers(workdir: Path, timeout: float = 120.0) -> ChaosServers:
     url = devenv.start_postgres(workdir, port=ports.postgres, timeout=timeout)
     bootstrap = devenv.start_kafka(workdir, ports=ports, timeout=timeout)
     return ChaosServers(workdir, ports, url, bootstrap)
+
+
+def start_broker(
+    workdir: Path, overrides: Mapping[str, str] | None = None, timeout: float = 120.0
+) -> str:
+    """Start a Kafka broker of its own in ``workdir`` on free ports, with ``overrides`` in
+    its server.properties (e.g. a short offsets.retention.minutes); its bootstrap servers."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    _share_kafka_libs(workdir)
+    names = [f.name for f in fields(Ports)]
+    ports = Ports(**dict(zip(names, free_ports(len(names)), strict=True)))
+    return devenv.start_kafka(workdir, ports=ports, timeout=timeout, overrides=overrides)
 
 
 def stop_servers(workdir: Path) -> None:

@@ -12,12 +12,12 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 
-from relay.cli import chaos, db, dev, mirror, run
+from relay.cli import chaos, db, dev, mirror, positions, run
 from relay.errors import RelayError
 from relay.runtime import logs
 from relay.runtime.secrets import mask_text
 
-SUBCOMMANDS = (run, mirror, db, dev, chaos)
+SUBCOMMANDS = (run, mirror, positions, db, dev, chaos)
 
 
 def build_parser() -> argparse.ArgumentParser:

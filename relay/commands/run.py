@@ -19,7 +19,7 @@ from relay.postgres.engine import database_errors, make_engine
 from relay.postgres.migrations import check_schema
 from relay.postgres.outbox_source import PostgresOutboxSource, relay_partitions
 from relay.publishing.partition_relay import PartitionRelay
-from relay.publishing.types import DrainResult
+from relay.publishing.types import DrainResult, PositionOwner
 from relay.runtime.clock import Clock, SystemClock
 from relay.runtime.failpoints import Failpoints
 from relay.runtime.retry import RetryPolicy
@@ -61,6 +61,12 @@ def select_partitions(requested: Sequence[int] | None, partitions: int) -> list[
     return sorted(set(requested))
 
 
+def with_database_defaults(settings: RelaySettings, engine: Engine) -> RelaySettings:
+    """``settings`` with the prefix and positions group the database chose where unset."""
+    identity = PostgresOutboxSource(engine, settings.database_url).identity()
+    return settings.with_database_defaults(identity.default_prefix)
+
+
 def build_partition_relay(
     settings: RelaySettings,
     partition: int,
@@ -69,10 +75,15 @@ def build_partition_relay(
     retry: RetryPolicy | None = None,
     clock: Clock | None = None,
 ) -> PartitionRelay:
+    source = PostgresOutboxSource(engine, settings.database_url)
+    identity = source.identity()
+    settings = settings.with_database_defaults(identity.default_prefix)
+    owner = PositionOwner(identity.database_id, settings.prefix)
     return PartitionRelay(
         partition,
-        PostgresOutboxSource(engine, settings.database_url),
-        KafkaTransactionalPublisher(settings, partition),
+        source,
+        KafkaTransactionalPublisher(settings, partition, owner),
+        owner=owner,
         batch_size=settings.batch_size,
         cleanup=settings.cleanup,
         retry=retry,
@@ -167,6 +178,7 @@ class ProcessRelay:
         while not self.stop_event.is_set():
             result = relay.publish_batch(stop=self.stop_event)
             if result is None:
+                relay.keep_alive_if_due(self._settings.position_refresh_s)
                 if self._clock.wait(self._settings.poll_interval_s, self.stop_event):
                     break
                 continue

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from confluent_kafka import KafkaException, Producer
@@ -193,7 +194,11 @@ def _check_sasl(bootstrap: str, deadline: Deadline) -> None:
 
 
 def start_kafka(
-    workdir: Path | None = None, *, ports: Ports | None = None, timeout: float = DEFAULT_TIMEOUT
+    workdir: Path | None = None,
+    *,
+    ports: Ports | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    overrides: Mapping[str, str] | None = None,
 ) -> str:
     """Start the broker of ``workdir`` unless it is running (resolving jars and formatting
     storage on first use), wait until it serves metadata, transactions and consumer groups,
@@ -208,7 +213,7 @@ def start_kafka(
         pid = kafka_pid(wd)
         if pid is not None:
             running = kafka_ports(wd)
-            if properties_current(wd, running):
+            if properties_current(wd, running, overrides):
                 port = running.kafka
             else:
                 log.warning(
@@ -222,7 +227,7 @@ def start_kafka(
             ports = ports or configured_ports()
             port = ports.kafka
             _check_ports_free(wd, ports)
-            pid = _launch(wd, ports, timeout)
+            pid = _launch(wd, ports, timeout, overrides)
         if not wait_for(
             lambda: not pid_alive(pid) or kafka_answering(port, 2.0),
             deadline.remaining(),
@@ -258,13 +263,15 @@ def _check_ports_free(wd: Path, ports: Ports) -> None:
             )
 
 
-def _launch(wd: Path, ports: Ports, timeout: float) -> int:
+def _launch(
+    wd: Path, ports: Ports, timeout: float, overrides: Mapping[str, str] | None = None
+) -> int:
     kdir = kafka_dir(wd)
     kdir.mkdir(parents=True, exist_ok=True)
     libs = ensure_libs(wd)
     log4j = kdir / "log4j.properties"
     shutil.copyfile(infra_file("log4j.properties"), log4j)
-    props = write_properties(wd, ports)
+    props = write_properties(wd, ports, overrides)
     format_storage(wd, props, timeout)
     argv = [
         java(),

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 from relay.errors import DevEnvError
@@ -189,8 +190,11 @@ def properties_path(workdir: Path) -> Path:
     return kafka_dir(workdir) / "server.properties"
 
 
-def broker_properties(workdir: Path, ports: Ports) -> str:
-    """Text of ``server.properties`` for a broker of ``workdir`` on ``ports``."""
+def broker_properties(
+    workdir: Path, ports: Ports, overrides: Mapping[str, str] | None = None
+) -> str:
+    """Text of ``server.properties`` for a broker of ``workdir`` on ``ports``, with
+    ``overrides`` (e.g. ``offsets.retention.minutes`` for a test's own broker) on top."""
     kdir = kafka_dir(workdir)
     sasl = SASL_LISTENER.lower()
     plaintext = f"PLAINTEXT://{LOOPBACK}:{ports.kafka}"
@@ -205,25 +209,31 @@ def broker_properties(workdir: Path, ports: Ports) -> str:
         f"listener.name.{sasl}.{SASL_MECHANISM.lower()}.sasl.jaas.config": _jaas_config(),
         "controller.quorum.voters": f"1@{LOOPBACK}:{ports.kafka_controller}",
         "log.dirs": str(kdir / "data"),
+        **(overrides or {}),
     }
     lines = [_PROPERTIES_HEADER, *(f"{key}={value}" for key, value in settings.items())]
     return "\n".join(lines) + "\n"
 
 
-def write_properties(workdir: Path, ports: Ports) -> Path:
+def write_properties(
+    workdir: Path, ports: Ports, overrides: Mapping[str, str] | None = None
+) -> Path:
     """Write ``server.properties`` (owner-only: it holds the SASL passwords)."""
     props = properties_path(workdir)
     tmp = props.with_suffix(".tmp")
-    tmp.write_text(broker_properties(workdir, ports))
+    tmp.write_text(broker_properties(workdir, ports, overrides))
     tmp.chmod(0o600)
     tmp.replace(props)
     return props
 
 
-def properties_current(workdir: Path, ports: Ports) -> bool:
+def properties_current(
+    workdir: Path, ports: Ports, overrides: Mapping[str, str] | None = None
+) -> bool:
     """True if ``server.properties`` is what :func:`write_properties` would write now."""
     try:
-        return properties_path(workdir).read_text() == broker_properties(workdir, ports)
+        wanted = broker_properties(workdir, ports, overrides)
+        return properties_path(workdir).read_text() == wanted
     except OSError:
         return False
 

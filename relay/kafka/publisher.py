@@ -26,7 +26,7 @@ from relay.errors import (
 from relay.kafka.admin import admin_client
 from relay.kafka.errors import kafka_reason, lib_error, translate
 from relay.kafka.topics import TOPIC_MISSING, TopicGuard
-from relay.publishing.types import OutboxRecord
+from relay.publishing.types import CommittedPosition, OutboxRecord, PositionOwner
 from relay.runtime.logs import LIBRDKAFKA_LOGGER
 from relay.settings.relay import RelaySettings
 
@@ -63,9 +63,10 @@ def record_headers(record: OutboxRecord) -> list[tuple[str, str | bytes | None]]
 class KafkaTransactionalPublisher:
     """Implements :class:`relay.publishing.ports.TransactionalPublisher` with librdkafka."""
 
-    def __init__(self, settings: RelaySettings, partition: int) -> None:
+    def __init__(self, settings: RelaySettings, partition: int, owner: PositionOwner) -> None:
         self._settings = settings
         self._partition = partition
+        self._stamp = owner.stamp()
         self._timeout = max(settings.kafka.request_timeout_s, 30.0)
         self._delivery_error: LibKafkaError | None = None
         self._fenced = False
@@ -87,7 +88,7 @@ class KafkaTransactionalPublisher:
             self._positions = Consumer(
                 {
                     **base,
-                    "group.id": settings.positions_group,
+                    "group.id": settings.group,
                     "isolation.level": "read_committed",
                     "enable.auto.commit": False,
                 },
@@ -101,7 +102,7 @@ class KafkaTransactionalPublisher:
             self._producer, partial(admin_client, settings.kafka), partition, self._timeout
         )
 
-    def fence(self) -> int:
+    def fence(self) -> CommittedPosition:
         # A producer initialises its transactions once; a retried start-up (e.g. after a
         # database error) still owns the partition and only reads the position again.
         if not self._fenced:
@@ -120,7 +121,9 @@ class KafkaTransactionalPublisher:
                 f"relay partition {self._partition}: reading the committed position failed: "
                 f"{tp.error.str()}"
             )
-        return tp.offset if tp.offset > _NO_OFFSET else 0
+        if tp.offset <= _NO_OFFSET:
+            return CommittedPosition(0)
+        return CommittedPosition(tp.offset, PositionOwner.from_stamp(tp.metadata))
 
     def begin(self) -> None:
         self._delivery_error = None
@@ -206,7 +209,11 @@ class KafkaTransactionalPublisher:
         return translate(exc, f"producing to {record.topic}", self._partition)
 
     def commit(self, position: int) -> None:
-        offsets = [TopicPartition(self._settings.positions_topic, self._partition, position)]
+        offsets = [
+            TopicPartition(
+                self._settings.positions_topic, self._partition, position, metadata=self._stamp
+            )
+        ]
         try:
             self._producer.send_offsets_to_transaction(
                 offsets, self._positions.consumer_group_metadata(), self._timeout

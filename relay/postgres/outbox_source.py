@@ -11,7 +11,7 @@ from sqlalchemy import Connection, Engine, text
 from relay.errors import InvalidEventError
 from relay.postgres.engine import database_errors
 from relay.publishing.events import decode_headers
-from relay.publishing.types import OutboxRecord
+from relay.publishing.types import OutboxIdentity, OutboxRecord
 from relay.runtime.secrets import Secret
 
 _FETCH = text(
@@ -25,6 +25,15 @@ _FETCH = text(
 )
 _HIGH_WATER = text("SELECT coalesce(max(seq), 0) FROM outbox WHERE partition = :partition")
 _DELETE = text("DELETE FROM outbox WHERE partition = :partition AND seq <= :up_to")
+_RAISE_FLOOR = text(
+    """
+    INSERT INTO outbox_published_floor AS f (partition, position) VALUES (:partition, :position)
+    ON CONFLICT (partition) DO UPDATE SET position = excluded.position, updated_at = now()
+    WHERE f.position < excluded.position
+    """
+)
+_FLOOR = text("SELECT position FROM outbox_published_floor WHERE partition = :partition")
+_IDENTITY = text("SELECT database_id::text, default_prefix FROM outbox_identity")
 _LAST_ASSIGNED = text("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM outbox_seq")
 _DEAD_LETTER = text(
     """
@@ -125,13 +134,25 @@ class PostgresOutboxSource:
             result = conn.execute(_DEAD_LETTER, params)
         return int(result.rowcount)
 
-    def delete_published(self, partition: int, up_to_seq: int) -> int:
-        if up_to_seq <= 0:
+    def identity(self) -> OutboxIdentity:
+        with self._connection("reading outbox_identity") as conn:
+            row = conn.execute(_IDENTITY).one()
+        return OutboxIdentity(row.database_id, row.default_prefix)
+
+    def published_floor(self, partition: int) -> int:
+        with self._connection("reading outbox_published_floor") as conn:
+            found = conn.execute(_FLOOR, {"partition": partition}).scalar_one_or_none()
+        return int(found) if found is not None else 0
+
+    def record_published(self, partition: int, position: int, *, delete_rows: bool) -> int:
+        if position <= 0:
             return 0
-        params = {"partition": partition, "up_to": up_to_seq}
-        with self._connection("deleting published outbox rows", begin=True) as conn:
-            result = conn.execute(_DELETE, params)
-        return int(result.rowcount)
+        params = {"partition": partition, "position": position, "up_to": position}
+        with self._connection("recording what was published", begin=True) as conn:
+            conn.execute(_RAISE_FLOOR, params)
+            if not delete_rows:
+                return 0
+            return int(conn.execute(_DELETE, params).rowcount)
 
 
 def relay_partitions(engine: Engine, url: Secret) -> int:

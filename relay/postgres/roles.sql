@@ -4,7 +4,8 @@
 --   outbox_writer  services: INSERT into outbox, nothing else (the outbox triggers run
 --                  with the schema owner's rights)
 --   outbox_relay   `relay run` and jobs/outbox_relay.py: read and clean up the outbox,
---                  dead-letter refused rows, check the schema revision
+--                  dead-letter refused rows, check the schema revision, read the
+--                  database's identity and keep the published floor
 --   outbox_mirror  `relay mirror` and jobs/mirror.py: offsets and dead letters; the
 --                  mirrored tables are granted one by one (GRANT SELECT, INSERT, UPDATE,
 --                  DELETE ON <table> TO outbox_mirror), e.g. in the table's migration
@@ -33,6 +34,8 @@ GRANT SELECT, DELETE ON outbox TO outbox_relay;
 GRANT SELECT ON outbox_settings, alembic_version TO outbox_relay;
 GRANT SELECT ON SEQUENCE outbox_seq TO outbox_relay;
 GRANT INSERT ON outbox_dead_letters TO outbox_relay;
+GRANT SELECT ON outbox_identity TO outbox_relay;
+GRANT SELECT, INSERT, UPDATE ON outbox_published_floor TO outbox_relay;
 
 GRANT SELECT ON alembic_version TO outbox_mirror;
 GRANT SELECT, INSERT, UPDATE ON mirror_offsets TO outbox_mirror;

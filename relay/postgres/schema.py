@@ -29,6 +29,23 @@ outbox_settings = sa.Table(
     sa.Column("partitions", sa.Integer, nullable=False),
 )
 
+outbox_identity = sa.Table(
+    "outbox_identity",
+    metadata,
+    sa.Column("singleton", sa.Boolean, primary_key=True),
+    sa.Column("database_id", postgresql.UUID(as_uuid=False), nullable=False),
+    sa.Column("default_prefix", sa.Text, nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+outbox_published_floor = sa.Table(
+    "outbox_published_floor",
+    metadata,
+    sa.Column("partition", sa.Integer, primary_key=True),
+    sa.Column("position", sa.BigInteger, nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)
+
 mirror_offsets = sa.Table(
     "mirror_offsets",
     metadata,

@@ -1,13 +1,22 @@
 """Publishing one relay partition: the loop both `relay run` and the Spark job drive.
 
+Start-up::
+
+    fence (take the partition over)  ->  read the committed position and its owner
+    ->  refuse it if another database or prefix committed it, if it is beyond anything
+        this database assigned, or if it is below the floor this database recorded
+
 Order of one batch (one Kafka transaction)::
 
     fetch rows seq > position  ->  begin  ->  send rows  ->  commit(rows + new position)
-    ->  position = last seq  ->  delete rows <= position (housekeeping, after the commit)
+    ->  position = last seq  ->  record the floor, delete rows <= position (housekeeping,
+        after the commit, one database transaction)
 
 The position lives only in Kafka, committed atomically with the records, and it is read
 only after fencing; so a crash at any point, a re-run task or a zombie can neither lose
-nor duplicate a row (I3, docs/invariants.md). The database is never asked what was published.
+nor duplicate a row (I3, docs/invariants.md). The database is never asked what was
+published: its floor only lags behind Kafka's position, and serves to notice a position
+that went back (expired or deleted offsets of the positions group).
 """
 
 from __future__ import annotations
@@ -16,13 +25,13 @@ import logging
 import threading
 
 from relay.errors import (
-    ConfigurationError,
     GaveUpError,
+    PositionsMismatchError,
     RetriableError,
     UndeliverableEventError,
 )
 from relay.publishing.ports import OutboxSource, TransactionalPublisher
-from relay.publishing.types import BatchResult, DrainResult
+from relay.publishing.types import BatchResult, CommittedPosition, DrainResult, PositionOwner
 from relay.runtime.clock import Clock, SystemClock
 from relay.runtime.failpoints import NO_FAILPOINTS, FailpointHook
 from relay.runtime.retry import RetryPolicy
@@ -39,6 +48,7 @@ class PartitionRelay:
         source: OutboxSource,
         publisher: TransactionalPublisher,
         *,
+        owner: PositionOwner,
         batch_size: int = 5000,
         cleanup: bool = True,
         retry: RetryPolicy | None = None,
@@ -48,12 +58,14 @@ class PartitionRelay:
         self.partition = partition
         self._source = source
         self._publisher = publisher
+        self._owner = owner
         self._batch_size = batch_size
         self._cleanup = cleanup
         self._retry = retry or RetryPolicy()
         self._clock = clock or SystemClock()
         self._failpoints = failpoints or NO_FAILPOINTS
         self._position: int | None = None
+        self._committed_at = 0.0  # clock time of the last commit of the position
 
     @property
     def position(self) -> int:
@@ -62,22 +74,78 @@ class PartitionRelay:
         return self._position
 
     def start(self) -> int:
-        """Fence previous owners and learn the committed position."""
-        position = self._publisher.fence()
+        """Fence previous owners, learn the committed position and check it."""
+        committed = self._publisher.fence()
+        self._check_owner(committed)
+        position = committed.position
         assigned = self._source.last_assigned_seq()
         if position > assigned:
-            raise ConfigurationError(
+            raise PositionsMismatchError(
                 f"relay partition {self.partition}: the positions group says seq {position} "
                 f"was published, but this database never assigned a seq above {assigned}; "
                 "the positions group belongs to another outbox database "
                 "(set RELAY_POSITIONS_GROUP to a group of this database's own)"
             )
+        floor = self._source.published_floor(self.partition)
+        if position < floor:
+            raise PositionsMismatchError(
+                f"relay partition {self.partition}: the positions group holds position "
+                f"{position}, below what this database recorded as published (seq {floor}): "
+                "its offsets expired or were deleted, and using them would publish rows "
+                "again. Check that the topics hold the rows up to that seq, then run "
+                "`relay positions restore` (docs/operations.md)"
+            )
         self._position = position
+        self._committed_at = self._clock.monotonic()  # or as good as: read back just now
         log.info("relay partition %d: fenced, position %d", self.partition, self._position)
         self._failpoints.hit("startup", self.partition)
-        if self._cleanup:
-            self._source.delete_published(self.partition, self._position)
+        self._source.record_published(self.partition, position, delete_rows=self._cleanup)
         return self._position
+
+    def _check_owner(self, committed: CommittedPosition) -> None:
+        found = committed.owner
+        if found is None or found == self._owner:
+            return  # None: committed before owners were recorded; the next commit adds it
+        if found.database_id != self._owner.database_id:
+            raise PositionsMismatchError(
+                f"relay partition {self.partition}: the position in the positions group was "
+                f"committed for another outbox database ({found.database_id}, this one is "
+                f"{self._owner.database_id}); give each database a positions group of its "
+                "own (RELAY_POSITIONS_GROUP), or leave it and the prefix unset to use the "
+                "database's defaults"
+            )
+        raise PositionsMismatchError(
+            f"relay partition {self.partition}: the positions group is used by relays with "
+            f"transactional-id prefix {found.transactional_id_prefix!r}, this one has "
+            f"{self._owner.transactional_id_prefix!r}; relays with different prefixes do not "
+            "fence each other, so they must not share a positions group"
+        )
+
+    def keep_alive(self) -> None:
+        """Commit the unchanged position again, so that the broker's offset retention
+        (``offsets.retention.minutes``) never expires an idle partition's position."""
+        self._publisher.begin()
+        try:
+            self._publisher.commit(self.position)
+        except RetriableError:
+            self._publisher.abort()
+            raise
+        self._committed_at = self._clock.monotonic()
+        log.debug("relay partition %d: position %d kept alive", self.partition, self.position)
+
+    def keep_alive_if_due(self, every_s: float) -> bool:
+        """:meth:`keep_alive` when the position was last committed ``every_s`` ago or
+        more (an idle partition of a long-running relay). True when it committed."""
+        if self.position == 0 or self._clock.monotonic() - self._committed_at < every_s:
+            return False
+        try:
+            self.keep_alive()
+        except RetriableError as exc:
+            log.warning(
+                "relay partition %d: keeping the position alive failed (%s)", self.partition, exc
+            )
+            return False
+        return True
 
     def publish_batch(
         self, up_to_seq: int | None = None, stop: threading.Event | None = None
@@ -130,9 +198,9 @@ class PartitionRelay:
             self._publisher.abort()
             raise
         self._position = last_seq
+        self._committed_at = self._clock.monotonic()
         self._failpoints.hit("after_commit", self.partition)
-        if self._cleanup:
-            self._source.delete_published(self.partition, last_seq)
+        self._source.record_published(self.partition, last_seq, delete_rows=self._cleanup)
         return BatchResult(self.partition, len(records), records[0].seq, last_seq)
 
     def drain(self, stop: threading.Event | None = None) -> DrainResult:
@@ -147,6 +215,8 @@ class PartitionRelay:
                 break
             records += result.records
             batches += 1
+        if batches == 0 and self.position > 0:
+            self.keep_alive()  # an idle partition of a scheduled run keeps its position
         return DrainResult(self.partition, records, batches, self.position)
 
     def close(self) -> None:

@@ -5,14 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from relay.publishing.types import OutboxRecord
+from relay.publishing.types import CommittedPosition, OutboxIdentity, OutboxRecord
 
 
 class OutboxSource(Protocol):
     """Committed outbox rows of one relay partition, in seq order."""
 
     def high_water(self, partition: int) -> int:
-        """The largest seq committed in ``partition`` so far (0 when none)."""
+        """The largest seq of the rows of ``partition`` still in the outbox (0 when none):
+        what a run that drains the partition publishes up to."""
         ...
 
     def fetch(
@@ -30,8 +31,19 @@ class OutboxSource(Protocol):
         in one transaction. Returns how many moved."""
         ...
 
-    def delete_published(self, partition: int, up_to_seq: int) -> int:
-        """Housekeeping: remove rows with ``seq <= up_to_seq``. Returns how many."""
+    def identity(self) -> OutboxIdentity:
+        """This database's identity, which every committed position carries."""
+        ...
+
+    def published_floor(self, partition: int) -> int:
+        """The highest position recorded as published in ``partition`` (0 when none):
+        Kafka's position must never be below it."""
+        ...
+
+    def record_published(self, partition: int, position: int, *, delete_rows: bool) -> int:
+        """After a Kafka commit: raise the partition's floor to ``position`` and, with
+        ``delete_rows``, remove the rows with ``seq <= position`` (housekeeping), in one
+        transaction. Returns how many rows were removed."""
         ...
 
 
@@ -42,10 +54,10 @@ class TransactionalPublisher(Protocol):
     position is never read before this instance owns the partition (I3, docs/invariants.md).
     """
 
-    def fence(self) -> int:
+    def fence(self) -> CommittedPosition:
         """Take over the partition (aborting and fencing any previous owner's
         transaction), then return the committed position: the seq of the last row
-        published, 0 when none."""
+        published (0 when none) and the owner recorded with it."""
         ...
 
     def begin(self) -> None: ...
@@ -55,7 +67,9 @@ class TransactionalPublisher(Protocol):
         ...
 
     def commit(self, position: int) -> None:
-        """Commit the open transaction together with the new ``position``.
+        """Commit the open transaction together with the new ``position`` (stamped with
+        this publisher's owner). A transaction with no records re-commits a position
+        (keeping it alive within the broker's offset retention).
 
         Raises ProducerFencedError when another instance took over, RetriableError when
         the transaction was aborted and the batch may be sent again."""

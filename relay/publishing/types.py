@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 Headers = tuple[tuple[str, bytes], ...]
@@ -39,3 +40,55 @@ class DrainResult:
     records: int
     batches: int
     position: int
+
+
+@dataclass(frozen=True, slots=True)
+class PositionOwner:
+    """Whose positions these are: the outbox database and the transactional-id prefix of
+    its relays. Every position the relay commits carries it (the offset's metadata), and
+    a position read back with another owner is refused (I3, docs/invariants.md)."""
+
+    database_id: str
+    transactional_id_prefix: str
+
+    def stamp(self) -> str:
+        """The offset metadata written with each position."""
+        return json.dumps(
+            {"db": self.database_id, "prefix": self.transactional_id_prefix},
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_stamp(cls, text: str | None) -> PositionOwner | None:
+        """The owner in a position's metadata; None when there is none (a position
+        committed before owners were recorded) or it is not ours to read."""
+        if not text:
+            return None
+        try:
+            found = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(found, dict):
+            return None
+        database, prefix = found.get("db"), found.get("prefix")
+        if not isinstance(database, str) or not isinstance(prefix, str):
+            return None
+        return cls(database, prefix)
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedPosition:
+    """A relay partition's position as Kafka holds it: the seq of the last row published
+    (0 when none) and who committed it (None: not recorded)."""
+
+    position: int
+    owner: PositionOwner | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxIdentity:
+    """The outbox database's identity (``outbox_identity``, created by the migrations)."""
+
+    database_id: str
+    default_prefix: str
+    """The transactional-id prefix its relays use unless told otherwise."""

@@ -104,6 +104,14 @@ def add_relay_flags(parser: argparse.ArgumentParser) -> None:
         "[RELAY_POSITIONS_GROUP=outbox-relay-positions]",
     )
     group.add_argument(
+        "--position-refresh",
+        dest="position_refresh_s",
+        type=float,
+        metavar="SECONDS",
+        help="re-commit an idle relay partition's position this often, well within the "
+        "broker's offsets.retention.minutes [RELAY_POSITION_REFRESH_S=3600]",
+    )
+    group.add_argument(
         "--no-cleanup",
         dest="cleanup",
         action="store_const",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -36,6 +36,9 @@ RELAY_OWNED_PROPERTIES = frozenset(
         "bootstrap.servers",
     }
 )
+
+
+_FROM_DATABASE = "(the database's default)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,29 +66,54 @@ class KafkaSettings:
 class RelaySettings:
     database_url: Secret
     kafka: KafkaSettings
-    transactional_id_prefix: str = "outbox-relay"
+    transactional_id_prefix: str | None = None  # None: the database's default prefix
     positions_topic: str = "outbox-relay-positions"
-    positions_group: str = "outbox-relay-positions"
+    positions_group: str | None = None  # None: <the database's default prefix>-positions
     batch_size: int = 5000
     poll_interval_s: float = 0.5
     cleanup: bool = True
     retry_attempts: int = 8
+    position_refresh_s: float = 3600.0  # re-commit an idle partition's position this often
+
+    def with_database_defaults(self, default_prefix: str) -> RelaySettings:
+        """The prefix and positions group the database chose (``outbox_identity``) where
+        none is set, so that two databases never share them by accident."""
+        return replace(
+            self,
+            transactional_id_prefix=self.transactional_id_prefix or default_prefix,
+            positions_group=self.positions_group or f"{default_prefix}-positions",
+        )
+
+    @property
+    def prefix(self) -> str:
+        """The transactional-id prefix, once :meth:`with_database_defaults` has run."""
+        if self.transactional_id_prefix is None:
+            raise ConfigurationError("the transactional-id prefix is not resolved yet")
+        return self.transactional_id_prefix
+
+    @property
+    def group(self) -> str:
+        """The positions group, once :meth:`with_database_defaults` has run."""
+        if self.positions_group is None:
+            raise ConfigurationError("the positions group is not resolved yet")
+        return self.positions_group
 
     def transactional_id(self, partition: int) -> str:
-        return f"{self.transactional_id_prefix}-{partition}"
+        return f"{self.prefix}-{partition}"
 
     def describe(self) -> dict[str, str]:
         """The settings as text that is safe to log."""
         return {
             "database_url": mask_url(self.database_url.reveal()),
             "kafka": ", ".join(f"{k}={v}" for k, v in sorted(self.kafka.describe().items())),
-            "transactional_id_prefix": self.transactional_id_prefix,
+            "transactional_id_prefix": self.transactional_id_prefix or _FROM_DATABASE,
             "positions_topic": self.positions_topic,
-            "positions_group": self.positions_group,
+            "positions_group": self.positions_group or _FROM_DATABASE,
             "batch_size": str(self.batch_size),
             "poll_interval_s": str(self.poll_interval_s),
             "cleanup": str(self.cleanup),
             "retry_attempts": str(self.retry_attempts),
+            "position_refresh_s": str(self.position_refresh_s),
         }
 
 
@@ -161,5 +189,6 @@ def _relay_changes(source: SettingsSource) -> dict[str, Any]:
     found["batch_size"] = source.positive_int("batch_size")
     found["retry_attempts"] = source.positive_int("retry_attempts")
     found["poll_interval_s"] = source.positive_float("poll_interval_s")
+    found["position_refresh_s"] = source.positive_float("position_refresh_s")
     found["cleanup"] = source.boolean("cleanup")
     return {name: value for name, value in found.items() if value is not None}

@@ -131,7 +131,7 @@ def test_nothing_in_an_empty_outbox(outbox: OutboxHarness) -> None:
     assert source.high_water(0) == 0
     assert list(source.fetch(0, 0, 100)) == []
     assert source.last_assigned_seq() == 0
-    assert source.delete_published(0, 100) == 0
+    assert source.record_published(0, 100, delete_rows=True) == 0
     assert source.dead_letter(0, [1, 2], "refused") == 0
     assert outbox.dead_letters() == []
 
@@ -189,7 +189,7 @@ def test_last_assigned_seq_never_goes_back(outbox: OutboxHarness) -> None:
     refused = outbox.write(1, 1)
     source = outbox.source
     assert source.last_assigned_seq() == refused[0].seq
-    assert source.delete_published(3, published[-1].seq) == 2
+    assert source.record_published(3, published[-1].seq, delete_rows=True) == 2
     assert source.dead_letter(1, [refused[0].id], "refused") == 1
     assert list(source.fetch(3, 0, 100)) == list(source.fetch(1, 0, 100)) == []
     assert source.last_assigned_seq() == refused[0].seq
@@ -220,17 +220,36 @@ def test_dead_letter_moves_several_rows_at_once(outbox: OutboxHarness) -> None:
     assert outbox.dead_letters() == [(rows[0].id, "refused"), (rows[3].id, "refused")]
 
 
-def test_delete_published_removes_the_rows_up_to_seq(outbox: OutboxHarness) -> None:
+def test_record_published_removes_the_rows_up_to_the_position(outbox: OutboxHarness) -> None:
     rows = outbox.write(0, 4)
     elsewhere = outbox.write(1, 2)
     source = outbox.source
-    assert source.delete_published(0, rows[1].seq) == 2
+    assert source.record_published(0, rows[1].seq, delete_rows=True) == 2
     assert list(source.fetch(0, 0, 100)) == rows[2:]
-    assert source.delete_published(0, rows[1].seq) == 0
-    assert source.delete_published(0, 0) == 0
+    assert source.record_published(0, rows[1].seq, delete_rows=True) == 0
+    assert source.record_published(0, 0, delete_rows=True) == 0
     assert source.high_water(0) == rows[-1].seq
     # Seqs past the partition's own rows (here: partition 1's) delete what is left.
-    assert source.delete_published(0, elsewhere[-1].seq) == 2
+    assert source.record_published(0, elsewhere[-1].seq, delete_rows=True) == 2
     assert list(source.fetch(0, 0, 100)) == []
     assert list(source.fetch(1, 0, 100)) == elsewhere
     assert outbox.dead_letters() == []
+
+
+def test_record_published_raises_the_floor_and_never_lowers_it(outbox: OutboxHarness) -> None:
+    rows = outbox.write(0, 4)
+    source = outbox.source
+    assert source.published_floor(0) == 0
+    assert source.record_published(0, rows[1].seq, delete_rows=False) == 0
+    assert source.published_floor(0) == rows[1].seq
+    assert list(source.fetch(0, 0, 100)) == rows  # kept: no clean-up asked for
+    assert source.record_published(0, rows[0].seq, delete_rows=True) == 1
+    assert source.published_floor(0) == rows[1].seq  # a lower position leaves the floor
+    assert source.published_floor(1) == 0  # floors are per partition
+
+
+def test_the_database_has_one_identity(outbox: OutboxHarness) -> None:
+    first, second = outbox.source.identity(), outbox.source.identity()
+    assert first == second
+    assert first.database_id
+    assert first.default_prefix.startswith("outbox-relay")

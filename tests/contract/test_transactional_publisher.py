@@ -21,11 +21,11 @@ from confluent_kafka import KafkaError as LibKafkaError
 from relay.errors import ProducerFencedError, TopicMissingError, UndeliverableEventError
 from relay.kafka.publisher import KafkaTransactionalPublisher
 from relay.publishing.ports import TransactionalPublisher
-from relay.publishing.types import OutboxRecord
+from relay.publishing.types import CommittedPosition, OutboxRecord
 from relay.runtime.secrets import Secret
 from relay.settings.relay import KafkaSettings, RelaySettings
 from tests.contract.conftest import TIMEOUT_S, Watermarks, memory_and
-from tests.fakes.publishing import MemoryKafka, MemoryTopic
+from tests.fakes.publishing import OWNER, MemoryKafka, MemoryTopic
 
 SMALL_LIMIT = 1000
 
@@ -97,7 +97,7 @@ class KafkaHarness:
         self.publishers: list[KafkaTransactionalPublisher] = []
 
     def publisher(self, partition: int) -> TransactionalPublisher:
-        publisher = KafkaTransactionalPublisher(self.settings, partition)
+        publisher = KafkaTransactionalPublisher(self.settings, partition, OWNER)
         self.publishers.append(publisher)
         return publisher
 
@@ -173,8 +173,8 @@ def publish(publisher: TransactionalPublisher, records: list[OutboxRecord]) -> N
 
 
 def test_a_new_partition_has_position_zero(kafka: PublisherHarness) -> None:
-    assert kafka.publisher(0).fence() == 0
-    assert kafka.publisher(1).fence() == 0
+    assert kafka.publisher(0).fence().position == 0
+    assert kafka.publisher(1).fence().position == 0
     assert kafka.published(kafka.topic) == []
 
 
@@ -182,15 +182,15 @@ def test_commit_publishes_the_records_together_with_the_position(
     kafka: PublisherHarness,
 ) -> None:
     publisher = kafka.publisher(0)
-    assert publisher.fence() == 0
+    assert publisher.fence().position == 0
     publisher.begin()
     publisher.send([rec(1, kafka.topic), rec(2, kafka.topic)])
     publisher.send([rec(3, kafka.topic)])
     publisher.commit(3)
     publish(publisher, [rec(4, kafka.topic)])
     assert kafka.published(kafka.topic) == [1, 2, 3, 4]
-    assert kafka.publisher(0).fence() == 4
-    assert kafka.publisher(1).fence() == 0  # positions are per relay partition
+    assert kafka.publisher(0).fence().position == 4
+    assert kafka.publisher(1).fence().position == 0  # positions are per relay partition
 
 
 def test_abort_publishes_nothing_and_keeps_the_position(kafka: PublisherHarness) -> None:
@@ -202,11 +202,11 @@ def test_abort_publishes_nothing_and_keeps_the_position(kafka: PublisherHarness)
     publisher.abort()
     assert kafka.published(kafka.topic) == [1, 2]
     successor = kafka.publisher(0)
-    assert successor.fence() == 2
+    assert successor.fence().position == 2
     # The aborted batch, sent again, is published once.
     publish(successor, [rec(3, kafka.topic), rec(4, kafka.topic)])
     assert kafka.published(kafka.topic) == [1, 2, 3, 4]
-    assert kafka.publisher(0).fence() == 4
+    assert kafka.publisher(0).fence().position == 4
 
 
 def test_the_same_instance_continues_after_an_abort(kafka: PublisherHarness) -> None:
@@ -217,7 +217,7 @@ def test_the_same_instance_continues_after_an_abort(kafka: PublisherHarness) -> 
     publisher.abort()
     publish(publisher, [rec(1, kafka.topic), rec(2, kafka.topic)])
     assert kafka.published(kafka.topic) == [1, 2]
-    assert kafka.publisher(0).fence() == 2
+    assert kafka.publisher(0).fence().position == 2
 
 
 def test_fencing_aborts_the_previous_owners_open_transaction(kafka: PublisherHarness) -> None:
@@ -226,13 +226,13 @@ def test_fencing_aborts_the_previous_owners_open_transaction(kafka: PublisherHar
     zombie.begin()
     zombie.send([rec(1, kafka.topic)])
     successor = kafka.publisher(0)
-    assert successor.fence() == 0
+    assert successor.fence().position == 0
     with pytest.raises(ProducerFencedError):
         zombie.commit(1)
     assert kafka.published(kafka.topic) == []
     publish(successor, [rec(1, kafka.topic)])
     assert kafka.published(kafka.topic) == [1]
-    assert kafka.publisher(0).fence() == 1
+    assert kafka.publisher(0).fence().position == 1
 
 
 def test_a_fenced_instance_learns_it_at_commit_and_then_refuses_everything(
@@ -242,7 +242,7 @@ def test_a_fenced_instance_learns_it_at_commit_and_then_refuses_everything(
     zombie.fence()
     publish(zombie, [rec(1, kafka.topic)])
     successor = kafka.publisher(0)
-    assert successor.fence() == 1
+    assert successor.fence().position == 1
     # Nothing tells the old instance before it commits: begin and send still work.
     zombie.begin()
     zombie.send([rec(2, kafka.topic)])
@@ -254,7 +254,7 @@ def test_a_fenced_instance_learns_it_at_commit_and_then_refuses_everything(
         zombie.abort()
     publish(successor, [rec(2, kafka.topic), rec(3, kafka.topic)])
     assert kafka.published(kafka.topic) == [1, 2, 3]
-    assert kafka.publisher(0).fence() == 3
+    assert kafka.publisher(0).fence().position == 3
 
 
 def test_fencing_again_does_not_take_the_partition_back(kafka: PublisherHarness) -> None:
@@ -272,7 +272,7 @@ def test_fencing_again_does_not_take_the_partition_back(kafka: PublisherHarness)
     with pytest.raises(ProducerFencedError):
         first.commit(2)
     assert kafka.published(kafka.topic) == [1]
-    assert kafka.publisher(0).fence() == 1
+    assert kafka.publisher(0).fence().position == 1
 
 
 def test_a_missing_topic_fails_the_send_and_sends_nothing(kafka: PublisherHarness) -> None:
@@ -283,7 +283,7 @@ def test_a_missing_topic_fails_the_send_and_sends_nothing(kafka: PublisherHarnes
         publisher.send([rec(1, kafka.topic), rec(2, kafka.missing_topic())])
     publisher.abort()
     assert kafka.published(kafka.topic) == []
-    assert kafka.publisher(0).fence() == 0
+    assert kafka.publisher(0).fence().position == 0
 
 
 def test_records_a_topic_never_accepts_are_refused_by_outbox_id(
@@ -309,7 +309,7 @@ def test_records_a_topic_never_accepts_are_refused_by_outbox_id(
     # published in the next transaction.
     publish(publisher, [batch[0], batch[2]])
     assert kafka.published(limited) == [1, 3]
-    assert kafka.publisher(0).fence() == 3
+    assert kafka.publisher(0).fence().position == 3
 
 
 def test_a_compacted_topic_refuses_records_without_key(kafka: PublisherHarness) -> None:
@@ -323,3 +323,22 @@ def test_a_compacted_topic_refuses_records_without_key(kafka: PublisherHarness) 
     publisher.abort()
     publish(publisher, [rec(1, compacted)])
     assert kafka.published(compacted) == [1]
+
+
+def test_a_committed_position_carries_its_owner(kafka: PublisherHarness) -> None:
+    publisher = kafka.publisher(0)
+    publisher.fence()
+    publish(publisher, [rec(1, kafka.topic)])
+    assert kafka.publisher(0).fence() == CommittedPosition(1, OWNER)
+
+
+def test_a_transaction_without_records_commits_the_position_again(
+    kafka: PublisherHarness,
+) -> None:
+    publisher = kafka.publisher(0)
+    publisher.fence()
+    publish(publisher, [rec(1, kafka.topic), rec(2, kafka.topic)])
+    publisher.begin()
+    publisher.commit(2)  # keep-alive: nothing sent
+    assert kafka.publisher(0).fence() == CommittedPosition(2, OWNER)
+    assert kafka.published(kafka.topic) == [1, 2]

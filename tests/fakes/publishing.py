@@ -14,7 +14,14 @@ from relay.errors import (
 )
 from relay.kafka.publisher import record_headers
 from relay.kafka.topics import single_record_batch_size
-from relay.publishing.types import OutboxRecord
+from relay.publishing.types import (
+    CommittedPosition,
+    OutboxIdentity,
+    OutboxRecord,
+    PositionOwner,
+)
+
+OWNER = PositionOwner("00000000-0000-0000-0000-000000000001", "test")
 
 
 class FakeClock:
@@ -68,9 +75,25 @@ class MemoryOutbox:
         self.dead.extend((i, error) for i in moved)
         return len(moved)
 
-    def delete_published(self, partition: int, up_to_seq: int) -> int:
+    floors: dict[int, int] = field(default_factory=dict)
+    database: OutboxIdentity = field(
+        default_factory=lambda: OutboxIdentity(OWNER.database_id, "outbox-relay")
+    )
+
+    def identity(self) -> OutboxIdentity:
+        return self.database
+
+    def published_floor(self, partition: int) -> int:
+        return self.floors.get(partition, 0)
+
+    def record_published(self, partition: int, position: int, *, delete_rows: bool) -> int:
+        if position <= 0:
+            return 0
+        self.floors[partition] = max(self.floors.get(partition, 0), position)
+        if not delete_rows:
+            return 0
         before = self.rows.get(partition, [])
-        self.rows[partition] = [r for r in before if r.seq > up_to_seq]
+        self.rows[partition] = [r for r in before if r.seq > position]
         return len(before) - len(self.rows[partition])
 
 
@@ -90,13 +113,13 @@ class MemoryKafka:
     accepts every record."""
 
     committed: list[OutboxRecord] = field(default_factory=list)
-    positions: dict[int, int] = field(default_factory=dict)
+    positions: dict[int, CommittedPosition] = field(default_factory=dict)
     epochs: dict[int, int] = field(default_factory=dict)
     fail_next_commits: int = 0
     topics: dict[str, MemoryTopic] | None = None
 
-    def publisher(self, partition: int) -> MemoryPublisher:
-        return MemoryPublisher(self, partition)
+    def publisher(self, partition: int, owner: PositionOwner = OWNER) -> MemoryPublisher:
+        return MemoryPublisher(self, partition, owner)
 
 
 @dataclass
@@ -107,16 +130,17 @@ class MemoryPublisher:
 
     kafka: MemoryKafka
     partition: int
+    owner: PositionOwner = OWNER
     epoch: int | None = None
     pending: list[OutboxRecord] | None = None
     fenced: bool = False
     closed: bool = False
 
-    def fence(self) -> int:
+    def fence(self) -> CommittedPosition:
         if self.epoch is None:
             self.epoch = self.kafka.epochs.get(self.partition, 0) + 1
             self.kafka.epochs[self.partition] = self.epoch
-        return self.kafka.positions.get(self.partition, 0)
+        return self.kafka.positions.get(self.partition, CommittedPosition(0))
 
     def _check_fenced(self) -> None:
         if self.fenced:
@@ -167,7 +191,7 @@ class MemoryPublisher:
             raise RetriableError("broker hiccup")
         assert self.pending is not None
         self.kafka.committed.extend(self.pending)
-        self.kafka.positions[self.partition] = position
+        self.kafka.positions[self.partition] = CommittedPosition(position, self.owner)
         self.pending = None
 
     def abort(self) -> None:

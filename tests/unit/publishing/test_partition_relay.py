@@ -2,12 +2,13 @@ import pytest
 
 from relay.errors import GaveUpError, ProducerFencedError
 from relay.publishing.partition_relay import PartitionRelay
+from relay.publishing.types import CommittedPosition, PositionOwner
 from relay.runtime.retry import RetryPolicy
-from tests.fakes.publishing import FakeClock, MemoryKafka, MemoryOutbox, record
+from tests.fakes.publishing import OWNER, FakeClock, MemoryKafka, MemoryOutbox, record
 
 
 def make(outbox: MemoryOutbox, kafka: MemoryKafka, **kw: object) -> PartitionRelay:
-    return PartitionRelay(0, outbox, kafka.publisher(0), clock=FakeClock(), **kw)  # type: ignore[arg-type]
+    return PartitionRelay(0, outbox, kafka.publisher(0), owner=OWNER, clock=FakeClock(), **kw)  # type: ignore[arg-type]
 
 
 def test_drain_publishes_in_batches_and_cleans_up_only_committed_rows() -> None:
@@ -16,7 +17,8 @@ def test_drain_publishes_in_batches_and_cleans_up_only_committed_rows() -> None:
     result = make(outbox, kafka, batch_size=3).drain()
     assert [r.seq for r in kafka.committed] == list(range(1, 8))
     assert (result.records, result.batches, result.position) == (7, 3, 7)
-    assert kafka.positions[0] == 7
+    assert kafka.positions[0] == CommittedPosition(7, OWNER)
+    assert outbox.published_floor(0) == 7
     assert outbox.rows[0] == []
 
 
@@ -43,7 +45,7 @@ def test_restart_resumes_from_the_committed_position_without_duplicates() -> Non
     outbox.add(*(record(0, s) for s in range(1, 5)))
     # First instance committed seq 1..2 but crashed before housekeeping.
     kafka.committed.extend(outbox.fetch(0, 0, 2))
-    kafka.positions[0] = 2
+    kafka.positions[0] = CommittedPosition(2, OWNER)
     make(outbox, kafka).drain()
     assert [r.seq for r in kafka.committed] == [1, 2, 3, 4]
 
@@ -88,7 +90,64 @@ def test_a_position_beyond_the_database_is_refused() -> None:
 
     outbox, kafka = MemoryOutbox(), MemoryKafka()
     outbox.add(record(0, 1))
-    kafka.positions[0] = 50  # left by another outbox database using the same group
+    kafka.positions[0] = CommittedPosition(
+        50
+    )  # left by another outbox database using the same group
     with pytest.raises(ConfigurationError, match="belongs to another outbox database"):
         make(outbox, kafka).start()
+    assert kafka.committed == []
+
+
+def test_a_position_below_the_recorded_floor_is_refused() -> None:
+    from relay.errors import PositionsMismatchError
+
+    outbox, kafka = MemoryOutbox(), MemoryKafka()
+    outbox.add(*(record(0, s) for s in range(1, 6)))
+    outbox.floors[0] = 3  # published up to 3, then the positions group's offsets were lost
+    with pytest.raises(PositionsMismatchError, match="below what this database recorded"):
+        make(outbox, kafka, cleanup=False).start()
+    assert kafka.committed == []
+
+
+@pytest.mark.parametrize(
+    ("owner", "message"),
+    [
+        (
+            PositionOwner("another-database", OWNER.transactional_id_prefix),
+            "another outbox database",
+        ),
+        (
+            PositionOwner(OWNER.database_id, "other-prefix"),
+            "transactional-id prefix 'other-prefix'",
+        ),
+    ],
+)
+def test_a_position_committed_by_another_owner_is_refused(
+    owner: PositionOwner, message: str
+) -> None:
+    from relay.errors import PositionsMismatchError
+
+    outbox, kafka = MemoryOutbox(), MemoryKafka()
+    outbox.add(*(record(0, s) for s in range(1, 6)))
+    kafka.positions[0] = CommittedPosition(2, owner)
+    with pytest.raises(PositionsMismatchError, match=message):
+        make(outbox, kafka).start()
+    assert kafka.committed == []
+
+
+def test_a_position_without_an_owner_is_used_and_the_next_commit_records_ours() -> None:
+    outbox, kafka = MemoryOutbox(), MemoryKafka()
+    outbox.add(*(record(0, s) for s in range(1, 6)))
+    kafka.positions[0] = CommittedPosition(2)  # committed before owners were recorded
+    make(outbox, kafka).drain()
+    assert [r.seq for r in kafka.committed] == [3, 4, 5]
+    assert kafka.positions[0] == CommittedPosition(5, OWNER)
+
+
+def test_an_idle_drain_commits_its_position_again_to_keep_it_alive() -> None:
+    outbox, kafka = MemoryOutbox(), MemoryKafka()
+    outbox.assigned = 4  # published and cleaned up: nothing pending
+    kafka.positions[0] = CommittedPosition(4)  # no owner recorded yet
+    make(outbox, kafka).drain()
+    assert kafka.positions[0] == CommittedPosition(4, OWNER)  # re-committed
     assert kafka.committed == []

@@ -16,7 +16,13 @@ def test_environment_and_flags_with_flags_winning() -> None:
         {"batch_size": 7, "positions_group": None}, kafka_pairs=["linger.ms=9"], environ=env
     )
     assert settings.batch_size == 7
-    assert settings.positions_group == "outbox-relay-positions"
+    assert settings.positions_group is None  # unset: the database's default
+    resolved = settings.with_database_defaults("outbox-relay-1a2b3c4d")
+    assert resolved.group == "outbox-relay-1a2b3c4d-positions"
+    assert resolved.transactional_id(3) == "outbox-relay-1a2b3c4d-3"
+    chosen = load_settings({"transactional_id_prefix": "mine"}, environ=BASE)
+    assert chosen.with_database_defaults("outbox-relay").transactional_id(0) == "mine-0"
+    assert chosen.with_database_defaults("outbox-relay").group == "outbox-relay-positions"
     assert settings.kafka.client_config()["linger.ms"] == "9"
     assert settings.kafka.client_config()["acks"] == "all"
     # The plain postgresql:// scheme gets the psycopg 3 driver.
