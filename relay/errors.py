@@ -21,6 +21,7 @@ Exit codes: 1 a run failed (:class:`RelayError`), 2 configuration, 3 database, 4
     │   ├── KafkaAuthenticationError
     │   └── ProducerFencedError (5)
     ├── RetriableError                 try the same work again
+    │   ├── RecordMayHealError         a record refused for now (e.g. parent not there yet)
     │   └── TopicMissingError
     ├── InvalidEventError              an event the write API cannot store
     ├── GaveUpError                    retries exhausted
@@ -100,6 +101,11 @@ class ProducerFencedError(KafkaError):
 
 class RetriableError(RelayError):
     """A transient failure; the same work may be tried again."""
+
+
+class RecordMayHealError(RetriableError):
+    """The database refused a record with an error that retrying the same record can
+    cure (a foreign key whose parent has not arrived yet); the batch was rolled back."""
 
 
 class TopicMissingError(RetriableError):

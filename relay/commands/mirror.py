@@ -145,6 +145,7 @@ def _loop(
         store,
         batch_size=settings.batch_size,
         max_wait_s=settings.max_wait_s,
+        record_retries=settings.record_retries,
         targets=targets,
         retry=retry,
         clock=clock,

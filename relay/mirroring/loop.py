@@ -18,14 +18,22 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TypeVar
 
-from relay.errors import GaveUpError, MirrorOffsetConflict, RelayError, RetriableError
+from relay.errors import (
+    GaveUpError,
+    MirrorOffsetConflict,
+    RecordMayHealError,
+    RelayError,
+    RetriableError,
+)
 from relay.mirroring.applier import Applier
 from relay.mirroring.ports import MirrorStore, RecordStream
 from relay.mirroring.types import (
     ApplyResult,
+    Batch,
     KafkaRecord,
     MirrorSummary,
     PartitionEnd,
@@ -75,6 +83,7 @@ class MirrorLoop:
         retry: RetryPolicy | None = None,
         clock: Clock | None = None,
         progress_every_s: float = 30.0,
+        record_retries: int = 10,
     ) -> None:
         self._applier = applier
         self._store = store
@@ -84,6 +93,7 @@ class MirrorLoop:
         self._retry = retry or RetryPolicy()
         self._clock = clock or SystemClock()
         self._progress_every_s = progress_every_s
+        self._record_retries = record_retries
         self._cursors: dict[TopicPartitionKey, _Cursor] = {}
         self._stats: dict[TopicPartitionKey, PartitionStats] = {}
         self._stream: RecordStream | None = None
@@ -197,14 +207,36 @@ class MirrorLoop:
             cursor.topic, cursor.partition, cursor.expected, cursor.fetched, cursor.buffer
         )
         try:
-            result = self._with_retry(lambda: self._applier.apply(batch), f"applying {_tp(tp)}")
+            applied = self._apply_waiting_for_healing(batch)
         except MirrorOffsetConflict as exc:
             self._resync(cursor, exc)
             return
+        if applied is None:
+            return  # stopped while waiting; nothing applied, the records stay buffered
+        batch, result = applied
         cursor.expected = batch.next_offset
         cursor.buffer = []
         cursor.since = None
         self._record(tp, result, cursor.expected)
+
+    def _apply_waiting_for_healing(self, batch: Batch) -> tuple[Batch, ApplyResult] | None:
+        """Apply ``batch``; while the database refuses one of its records with an error
+        that may heal (RecordMayHealError), wait with backoff and try again, up to
+        ``record_retries`` times, then let such records be dead-lettered. None: stopped."""
+        doing = f"applying {_tp((batch.topic, batch.partition))}"
+        waited = 0
+        while True:
+            try:
+                return batch, self._with_retry(partial(self._applier.apply, batch), doing)
+            except RecordMayHealError as exc:
+                waited += 1
+                if waited >= self._record_retries:
+                    batch = replace(batch, waited=waited)
+                    continue
+                delay = self._retry.delay(waited)
+                log.warning("%s: %s; trying again in %.1f s", doing, exc, delay)
+                if self._clock.wait(delay, self._stop):
+                    return None
 
     def _record(self, tp: TopicPartitionKey, result: ApplyResult, next_offset: int) -> None:
         stats = self._stats[tp]
@@ -254,6 +286,8 @@ class MirrorLoop:
             attempt += 1
             try:
                 return action()
+            except RecordMayHealError:
+                raise  # the record's own wait: _apply_waiting_for_healing
             except RetriableError as exc:
                 if self._retry.gives_up_after(attempt) or self._stop.is_set():
                     raise GaveUpError(f"{doing} failed {attempt} times: {exc}") from exc

@@ -122,6 +122,10 @@ class Batch:
     expected: int | None
     next_offset: int
     items: tuple[Decoded, ...]
+    waited: int | None = None
+    """None: a record the database refuses with an error that may heal rolls the batch
+    back (RecordMayHealError). A number: the batch was rolled back that many times for
+    such records, enough: they are dead-lettered like any refused record."""
 
 
 @dataclass(frozen=True, slots=True)

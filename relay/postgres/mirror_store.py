@@ -18,18 +18,18 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import groupby
+from typing import Literal
 
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError
 
-from relay.errors import MirrorOffsetConflict
+from relay.errors import MirrorOffsetConflict, RecordMayHealError
 from relay.mirroring.types import (
     ApplyResult,
     Batch,
     DeadLetter,
-    Decoded,
     Delete,
     Op,
     ResolvedTable,
@@ -129,7 +129,7 @@ class PostgresMirrorStore:
             conn.begin(),
         ):
             self._advance(conn, batch)
-            applied, dead = self._write(conn, batch.items)
+            applied, dead = self._write(conn, batch)
             if dead:
                 conn.execute(_INSERT_DEAD, [self._dead_row(d) for d in dead])
             before_commit()
@@ -155,7 +155,8 @@ class PostgresMirrorStore:
                 batch.expected,
             )
 
-    def _write(self, conn: Connection, items: Sequence[Decoded]) -> tuple[int, list[DeadLetter]]:
+    def _write(self, conn: Connection, batch: Batch) -> tuple[int, list[DeadLetter]]:
+        items = batch.items
         dead = [DeadLetter(item.record, item.error) for item in items if item.error is not None]
         with_ops = [item for item in items if item.ops]
         try:
@@ -163,7 +164,7 @@ class PostgresMirrorStore:
                 self._run(conn, [op for item in with_ops for op in item.ops])
             return len(with_ops), dead
         except DBAPIError as exc:
-            if not _record_error(exc):
+            if _record_fault(exc) is None:
                 raise
         applied = 0
         for item in with_ops:  # one savepoint per record: the good ones still apply
@@ -172,9 +173,17 @@ class PostgresMirrorStore:
                     self._run(conn, item.ops)
                 applied += 1
             except DBAPIError as exc:
-                if not _record_error(exc):
+                fault = _record_fault(exc)
+                if fault is None:
                     raise
-                dead.append(DeadLetter(item.record, _db_reason(exc)))
+                reason = _db_reason(exc)
+                if fault == "may heal":
+                    if batch.waited is None:
+                        raise RecordMayHealError(
+                            f"offset {item.record.offset}: {reason}; it may be accepted later"
+                        ) from None
+                    reason += f" (after {batch.waited} attempts)"
+                dead.append(DeadLetter(item.record, reason))
         dead.sort(key=lambda d: d.record.offset)
         return applied, dead
 
@@ -230,14 +239,29 @@ def _deletes(ops: Sequence[Op]) -> Iterator[Delete]:
     return (op for op in ops if isinstance(op, Delete))
 
 
-def _record_error(exc: DBAPIError) -> bool:
-    """A constraint or data error: the record's fault, not the database's."""
+# Errors about one record that trying the same record again can cure: a foreign key whose
+# parent arrives later (from another topic or partition), a user's trigger that checks
+# something another record will provide.
+_MAY_HEAL = frozenset({"23503", "P0001"})
+# Errors about one record that no retry cures: data and constraint errors, a type
+# mismatch, a value past an index's row size limit (54000).
+_FOR_GOOD_CLASSES = ("22", "23")
+_FOR_GOOD = frozenset({"42804", "54000"})
+
+
+def _record_fault(exc: DBAPIError) -> Literal["for good", "may heal"] | None:
+    """Whether the database refused the record itself (for good, or for now), or None
+    when the error is the database's (connection, server), not the record's."""
     sqlstate = str(getattr(exc.orig, "sqlstate", None) or "")
-    return (
+    if sqlstate in _MAY_HEAL:
+        return "may heal"
+    if (
         isinstance(exc, sa.exc.IntegrityError | sa.exc.DataError)
-        or sqlstate.startswith(("22", "23"))
-        or sqlstate == "42804"
-    )
+        or sqlstate.startswith(_FOR_GOOD_CLASSES)
+        or sqlstate in _FOR_GOOD
+    ):
+        return "for good"
+    return None
 
 
 def _db_reason(exc: DBAPIError) -> str:

@@ -160,6 +160,15 @@ def add_mirror_flags(parser: argparse.ArgumentParser) -> None:
         metavar="A,B",
         help="only these mapped topics (default: all) [RELAY_MIRROR_TOPICS]",
     )
+    group.add_argument(
+        "--record-retries",
+        dest="mirror_record_retries",
+        type=int,
+        metavar="N",
+        help="tries of a record the database refuses with an error that may heal (a foreign "
+        "key whose parent has not arrived) before it is dead-lettered "
+        "[RELAY_MIRROR_RECORD_RETRIES=10]",
+    )
 
 
 def add_once_flag(container: argparse._ActionsContainer, what: str) -> None:
@@ -186,6 +195,7 @@ def mirror_settings_from_args(args: argparse.Namespace) -> MirrorSettings:
         "batch_size": args.mirror_batch_size,
         "max_wait_s": args.mirror_max_wait_s,
         "topics": args.mirror_topics,
+        "record_retries": args.mirror_record_retries,
     }
     return load_mirror_settings(relay_settings_from_args(args), overrides)
 

@@ -34,6 +34,7 @@ class MirrorSettings:
     max_wait_s: float = 0.5
     topics: tuple[str, ...] | None = None
     idle_transaction_timeout_s: float = 60.0
+    record_retries: int = 10  # tries of a record refused with an error that may heal
 
     def describe(self) -> dict[str, str]:
         """The settings as text that is safe to log."""
@@ -45,6 +46,7 @@ class MirrorSettings:
             "group": self.group,
             "batch_size": str(self.batch_size),
             "max_wait_s": str(self.max_wait_s),
+            "record_retries": str(self.record_retries),
             "topics": ",".join(self.topics) if self.topics else "(all mapped)",
         }
 
@@ -71,6 +73,7 @@ def load_mirror_settings(
         "batch_size": source.positive_int("batch_size"),
         "max_wait_s": source.positive_float("max_wait_s"),
         "idle_transaction_timeout_s": source.positive_float("idle_transaction_timeout_s"),
+        "record_retries": source.positive_int("record_retries"),
     }
     return MirrorSettings(
         relay=relay,

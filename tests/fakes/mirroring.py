@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from relay.errors import KafkaError, MirrorOffsetConflict, RetriableError
+from relay.errors import KafkaError, MirrorOffsetConflict, RecordMayHealError, RetriableError
 from relay.mirroring.mapping import parse_mapping
 from relay.mirroring.ports import AssignmentListener
 from relay.mirroring.types import (
@@ -61,6 +61,9 @@ class MemoryStore:
     fail_next: int = 0
     before_apply: Callable[[Batch], None] | None = None
     rejects: Callable[[Upsert | Delete], str | None] | None = None
+    refuses_for_now: Callable[[Upsert | Delete], str | None] | None = None
+    """Like ``rejects``, for errors that may heal (a missing parent): the batch rolls back
+    with RecordMayHealError until ``batch.waited`` says to dead-letter the record."""
 
     def stored_offsets(
         self, partitions: Sequence[TopicPartitionKey]
@@ -76,12 +79,19 @@ class MemoryStore:
         tp = (batch.topic, batch.partition)
         if self.offsets.get(tp) != batch.expected:
             raise MirrorOffsetConflict("moved", batch.topic, batch.partition, batch.expected)
+        for_now = self._refused_for_now(batch)
+        if for_now is not None and batch.waited is None:
+            raise RecordMayHealError(for_now)
         before_commit()
         self.offsets[tp] = batch.next_offset
         applied = 0
         dead: list[DeadLetter] = []
         for item in batch.items:
             refused = self._refused(item.ops)
+            if refused is None and self.refuses_for_now is not None:
+                later = next(filter(None, map(self.refuses_for_now, item.ops)), None)
+                if later is not None:
+                    refused = f"{later} (after {batch.waited} attempts)"
             if item.error is not None:
                 dead.append(DeadLetter(item.record, item.error))
             elif refused is not None:
@@ -93,6 +103,12 @@ class MemoryStore:
                     self._run(op)
         self.dead.extend(dead)
         return ApplyResult(applied, sum(1 for i in batch.items if i.skipped), tuple(dead))
+
+    def _refused_for_now(self, batch: Batch) -> str | None:
+        if self.refuses_for_now is None:
+            return None
+        ops = (op for item in batch.items for op in item.ops)
+        return next(filter(None, map(self.refuses_for_now, ops)), None)
 
     def _refused(self, ops: Sequence[Upsert | Delete]) -> str | None:
         if self.rejects is None:

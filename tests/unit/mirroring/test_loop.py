@@ -10,7 +10,7 @@ import pytest
 from relay.errors import GaveUpError, MirrorOffsetConflict
 from relay.mirroring.applier import Applier
 from relay.mirroring.loop import MirrorLoop
-from relay.mirroring.types import Batch, TopicPartitionKey
+from relay.mirroring.types import Batch, Delete, TopicPartitionKey, Upsert
 from relay.runtime.retry import RetryPolicy
 from tests.fakes.mirroring import FakeStream, MemoryStore, items_table, logs_of, names, record
 
@@ -212,3 +212,45 @@ def test_dead_letters_and_tombstones_in_one_batch() -> None:
 def test_conflict_error_carries_the_partition() -> None:
     error = MirrorOffsetConflict("moved", "t", 3, 17)
     assert (error.topic, error.partition, error.expected, error.exit_code) == ("t", 3, 17, 5)
+
+
+def test_a_record_that_may_heal_is_tried_again_and_applies_once_it_can() -> None:
+    stream = FakeStream(logs_of([record(n, n, f"n{n}") for n in range(3)]), stable={P0: 3})
+    tries: list[int] = []
+
+    def parent_arrives_on_the_third_try(op: Upsert | Delete) -> str | None:
+        if not isinstance(op, Upsert) or op.row["id"] != 1:
+            return None
+        tries.append(1)
+        return "foreign key: no parent yet" if len(tries) < 3 else None
+
+    store = MemoryStore(refuses_for_now=parent_arrives_on_the_third_try)
+    loop = make_loop(store, {P0: 3})
+    stream.assign([P0], loop)
+    loop.run(stream)
+    assert [offset for _, _, offset in store.applied] == [0, 1, 2]
+    assert store.dead == []
+
+
+def test_a_record_that_never_heals_is_dead_lettered_after_its_retries() -> None:
+    stream = FakeStream(logs_of([record(n, n, f"n{n}") for n in range(3)]), stable={P0: 3})
+    store = MemoryStore(
+        refuses_for_now=lambda op: (
+            "no parent" if isinstance(op, Upsert) and op.row["id"] == 1 else None
+        )
+    )
+    loop = MirrorLoop(
+        Applier([items_table()], store),
+        store,
+        targets={P0: 3},
+        retry=RetryPolicy(initial_delay_s=0.01),
+        clock=FakeClock(),
+        record_retries=4,
+    )
+    stream.assign([P0], loop)
+    loop.run(stream)
+    assert [d.error for d in store.dead] == [
+        "database rejected the record: no parent (after 4 attempts)"
+    ]
+    assert [offset for _, _, offset in store.applied] == [0, 2]
+    assert store.offsets == {P0: 3}
