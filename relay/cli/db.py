@@ -37,7 +37,14 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
         help="also let outbox_mirror write these mirrored tables",
     )
     roles.set_defaults(handler=_roles)
-    for action in (upgrade, downgrade, current, roles):
+    partitions = actions.add_parser(
+        "partitions",
+        help="change the relay partition count (refused while committed rows wait to be "
+        "published: publish them first, with writers paused)",
+    )
+    partitions.add_argument("count", type=int, help="the new number of relay partitions")
+    partitions.set_defaults(handler=_partitions)
+    for action in (upgrade, downgrade, current, roles, partitions):
         add_connection_flags(action, kafka=False)
 
 
@@ -68,4 +75,10 @@ def _roles(args: argparse.Namespace) -> int:
     log.info(
         "roles outbox_writer, outbox_relay, outbox_mirror granted on %s", mask_url(url.reveal())
     )
+    return 0
+
+
+def _partitions(args: argparse.Namespace) -> int:
+    before = db.set_partitions(database_url_from_args(args), args.count)
+    log.info("relay partitions: %d -> %d", before, args.count)
     return 0

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from relay.postgres import migrations
 from relay.postgres.engine import make_engine
+from relay.postgres.outbox_source import change_partition_count
 from relay.postgres.roles import grant_roles
 from relay.runtime.secrets import Secret
 
@@ -44,5 +45,16 @@ def roles(url: Secret, mirror_tables: Sequence[str] = ()) -> None:
     engine = make_engine(url, pool_size=1)
     try:
         grant_roles(engine, url, mirror_tables)
+    finally:
+        engine.dispose()
+
+
+def set_partitions(url: Secret, partitions: int) -> int:
+    """Change the relay partition count; refused (a DatabaseError) while committed rows
+    wait to be published. Returns the count before. The positions topic grows to match
+    when the relay next starts."""
+    engine = make_engine(url, pool_size=1)
+    try:
+        return change_partition_count(engine, url, partitions)
     finally:
         engine.dispose()

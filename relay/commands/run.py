@@ -17,7 +17,7 @@ from relay.kafka.admin import admin_client, check_broker, ensure_positions_topic
 from relay.kafka.publisher import KafkaTransactionalPublisher
 from relay.postgres.engine import database_errors, make_engine
 from relay.postgres.migrations import check_schema
-from relay.postgres.outbox_source import PostgresOutboxSource, relay_partitions
+from relay.postgres.outbox_source import PostgresOutboxSource, relay_partitions, stranded_rows
 from relay.publishing.partition_relay import PartitionRelay
 from relay.publishing.types import DrainResult, PositionOwner
 from relay.runtime.clock import Clock, SystemClock
@@ -41,6 +41,13 @@ def check_environment(settings: RelaySettings, engine: Engine) -> int:
         pass
     check_schema(engine, settings.database_url)
     partitions = relay_partitions(engine, settings.database_url)
+    stranded = stranded_rows(engine, settings.database_url, partitions)
+    if stranded:
+        raise ConfigurationError(
+            f"the outbox holds {stranded} rows in relay partitions {partitions} and above, "
+            f"beyond the count of {partitions} (outbox_settings.partitions): they would never "
+            "be published. Set the count back (relay db partitions N) and publish them first"
+        )
     admin = admin_client(settings.kafka)
     check_broker(admin, settings.kafka)
     ensure_positions_topic(

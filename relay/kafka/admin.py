@@ -9,7 +9,7 @@ from typing import Any
 from confluent_kafka import KafkaError as LibKafkaError
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
+from confluent_kafka.cimpl import NewPartitions, NewTopic
 
 from relay.errors import (
     BrokerUnreachableError,
@@ -137,9 +137,13 @@ def ensure_positions_topic(admin: AdminClient, topic: str, partitions: int, time
                     f"cannot create positions topic {topic}: {kafka_reason(exc)}"
                 ) from None
         existing = topic_partitions(admin, topic, timeout) or partitions
-    if existing < partitions:
-        raise ConfigurationError(
-            f"positions topic {topic} has {existing} partitions but the outbox has {partitions} "
-            f"relay partitions; add partitions to it (kafka-topics --alter --partitions "
-            f"{partitions}) or use another RELAY_POSITIONS_TOPIC"
-        )
+    if existing < partitions:  # the relay partition count was raised (relay db partitions)
+        grown = admin.create_partitions([NewPartitions(topic, partitions)], request_timeout=timeout)
+        try:
+            grown[topic].result(timeout)
+        except KafkaException as exc:
+            raise KafkaError(
+                f"positions topic {topic} has {existing} partitions, the outbox has "
+                f"{partitions} relay partitions, and adding partitions failed: "
+                f"{kafka_reason(exc)}"
+            ) from None

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 from sqlalchemy import Connection, Engine, text
 
-from relay.errors import InvalidEventError
+from relay.errors import ConfigurationError, InvalidEventError
 from relay.postgres.engine import database_errors
 from relay.publishing.events import decode_headers
 from relay.publishing.types import OutboxIdentity, OutboxRecord
@@ -159,3 +159,26 @@ def relay_partitions(engine: Engine, url: Secret) -> int:
     """How many relay partitions the outbox has (outbox_settings)."""
     with database_errors(url, "reading outbox_settings"), engine.connect() as conn:
         return int(conn.execute(_PARTITIONS).scalar_one())
+
+
+def stranded_rows(engine: Engine, url: Secret, partitions: int) -> int:
+    """Rows in relay partitions at or beyond ``partitions``: they would never be
+    published (the count was lowered past the guard, e.g. by an older release)."""
+    with database_errors(url, "reading the outbox"), engine.connect() as conn:
+        found = conn.execute(
+            text("SELECT count(*) FROM outbox WHERE partition >= :n"), {"n": partitions}
+        )
+        return int(found.scalar_one())
+
+
+def change_partition_count(engine: Engine, url: Secret, partitions: int) -> int:
+    """Set ``outbox_settings.partitions``; the database refuses while rows wait to be
+    published (``outbox_partition_count_guard``). Returns the count before."""
+    if not 1 <= partitions <= 4096:
+        raise ConfigurationError(f"the relay partition count must be 1..4096, got {partitions}")
+    with database_errors(url, "changing the relay partition count"), engine.begin() as conn:
+        before = int(
+            conn.execute(text("SELECT partitions FROM outbox_settings FOR UPDATE")).scalar_one()
+        )
+        conn.execute(text("UPDATE outbox_settings SET partitions = :n"), {"n": partitions})
+    return before
