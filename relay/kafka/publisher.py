@@ -236,6 +236,10 @@ class KafkaTransactionalPublisher:
 
     def _commit_error(self, exc: KafkaException, doing: str) -> Exception:
         error = translate(exc, doing, self._partition)
+        if self._delivery_error is not None and self._delivery_error.code() in _RECORD_REFUSED:
+            # The broker refused a record batch: a topic's limit was lowered since it was
+            # read. Read the limits again, so the retry refuses exactly the records at fault.
+            self._topics.forget_all()
         if isinstance(error, RetriableError) and self._delivery_error is not None:
             first = self._delivery_error.str()
             return RetriableError(f"{error} (first delivery error: {first})")

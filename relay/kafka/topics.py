@@ -106,6 +106,11 @@ class TopicGuard:
     def forget(self, topic: str) -> None:
         self._limits.pop(topic, None)
 
+    def forget_all(self) -> None:
+        """Read every topic's limits again before the next batch (the broker refused a
+        record batch: a limit was lowered since it was read)."""
+        self._limits.clear()
+
     def check(
         self, records: Sequence[OutboxRecord], headers_of: Mapping[int, HeaderList]
     ) -> BatchCheck:
@@ -113,21 +118,43 @@ class TopicGuard:
         Raises TopicMissingError when a topic does not exist."""
         refused: dict[int, str] = {}
         sizes: dict[int, int] = {}
+        fresh: set[str] = set()  # topics whose limits were read during this check
         for record in records:
-            limits = self._limits.get(record.topic) or self._load(record.topic, records)
-            if limits.compacted and record.key is None:
-                refused[record.id] = f"topic {record.topic} is compacted and the event has no key"
-                continue
-            if limits.max_message_bytes is None:
-                continue
-            size = single_record_batch_size(record.key, record.value, headers_of[record.id])
-            sizes[record.id] = size
-            if size > limits.max_message_bytes:
-                refused[record.id] = (
-                    f"{size} bytes exceed max.message.bytes={limits.max_message_bytes} "
-                    f"of topic {record.topic} (MSG_SIZE_TOO_LARGE)"
-                )
+            limits = self._limits.get(record.topic)
+            if limits is None:
+                limits = self._load(record.topic, records)
+                fresh.add(record.topic)
+            reason = self._refusal(record, limits, headers_of, sizes)
+            if reason is not None and record.topic not in fresh:
+                # Refuse for good only on limits read now: the topic may accept more since.
+                limits = self._load(record.topic, records)
+                fresh.add(record.topic)
+                reason = self._refusal(record, limits, headers_of, sizes)
+            if reason is not None:
+                refused[record.id] = reason
         return BatchCheck(refused, sizes)
+
+    @staticmethod
+    def _refusal(
+        record: OutboxRecord,
+        limits: TopicLimits,
+        headers_of: Mapping[int, HeaderList],
+        sizes: dict[int, int],
+    ) -> str | None:
+        """Why the topic can never accept ``record``, or None; measures the record (into
+        ``sizes``) only where the topic has a size limit."""
+        if limits.compacted and record.key is None:
+            return f"topic {record.topic} is compacted and the event has no key"
+        if limits.max_message_bytes is None:
+            return None
+        size = single_record_batch_size(record.key, record.value, headers_of[record.id])
+        sizes[record.id] = size
+        if size <= limits.max_message_bytes:
+            return None
+        return (
+            f"{size} bytes exceed max.message.bytes={limits.max_message_bytes} "
+            f"of topic {record.topic} (MSG_SIZE_TOO_LARGE)"
+        )
 
     def _load(self, topic: str, records: Sequence[OutboxRecord]) -> TopicLimits:
         try:
