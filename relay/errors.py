@@ -94,7 +94,9 @@ class KafkaAuthenticationError(KafkaError):
 
 
 class ProducerFencedError(KafkaError):
-    """Another relay instance took over this relay partition; this instance must stop."""
+    """Another relay instance took over this relay partition, or this instance's
+    transaction outlasted ``transaction.timeout.ms`` and the broker aborted it (the two look
+    the same to the producer); this instance must stop."""
 
     exit_code = 5
 

@@ -92,6 +92,7 @@ def build_partition_relay(
         KafkaTransactionalPublisher(settings, partition, owner),
         owner=owner,
         batch_size=settings.batch_size,
+        batch_bytes=settings.batch_bytes,
         cleanup=settings.cleanup,
         retry=retry,
         clock=clock,

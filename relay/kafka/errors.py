@@ -37,8 +37,9 @@ def translate(exc: BaseException, doing: str, partition: int | None = None) -> E
     text = f"{where}{doing} failed: {err.str()} ({err.name()})"
     if err.code() in FENCED_CODES:
         return ProducerFencedError(
-            f"{where}another relay instance took over this partition (producer fenced); "
-            "this instance stops",
+            f"{where}producer fenced: another relay instance took over this partition, or "
+            "this instance's transaction outlasted transaction.timeout.ms and the broker "
+            "aborted it (RELAY_BATCH_BYTES bounds a batch); this instance stops",
             code=err.name(),
         )
     if err.fatal():

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 
 from relay.errors import (
     GaveUpError,
@@ -31,7 +32,13 @@ from relay.errors import (
     UndeliverableEventError,
 )
 from relay.publishing.ports import OutboxSource, TransactionalPublisher
-from relay.publishing.types import BatchResult, CommittedPosition, DrainResult, PositionOwner
+from relay.publishing.types import (
+    BatchResult,
+    CommittedPosition,
+    DrainResult,
+    OutboxRecord,
+    PositionOwner,
+)
 from relay.runtime.clock import Clock, SystemClock
 from relay.runtime.failpoints import NO_FAILPOINTS, FailpointHook
 from relay.runtime.retry import RetryPolicy
@@ -50,6 +57,7 @@ class PartitionRelay:
         *,
         owner: PositionOwner,
         batch_size: int = 5000,
+        batch_bytes: int = 16 * 1024 * 1024,
         cleanup: bool = True,
         retry: RetryPolicy | None = None,
         clock: Clock | None = None,
@@ -60,6 +68,7 @@ class PartitionRelay:
         self._publisher = publisher
         self._owner = owner
         self._batch_size = batch_size
+        self._batch_bytes = batch_bytes
         self._cleanup = cleanup
         self._retry = retry or RetryPolicy()
         self._clock = clock or SystemClock()
@@ -187,6 +196,7 @@ class PartitionRelay:
         records = self._source.fetch(self.partition, position, self._batch_size, up_to_seq)
         if not records:
             return None
+        records = _within_bytes(records, self._batch_bytes)
         last_seq = records[-1].seq
         self._publisher.begin()
         try:
@@ -221,3 +231,14 @@ class PartitionRelay:
 
     def close(self) -> None:
         self._publisher.close()
+
+
+def _within_bytes(records: Sequence[OutboxRecord], limit: int) -> Sequence[OutboxRecord]:
+    """The leading records whose keys and values fit in ``limit`` bytes (at least one), so
+    that a batch of large rows stays well inside transaction.timeout.ms."""
+    total = 0
+    for count, record in enumerate(records):
+        total += len(record.key or b"") + len(record.value or b"")
+        if total > limit and count > 0:
+            return records[:count]
+    return records

@@ -67,6 +67,13 @@ def add_relay_flags(parser: argparse.ArgumentParser) -> None:
         help="rows per Kafka transaction [RELAY_BATCH_SIZE=5000]",
     )
     group.add_argument(
+        "--batch-bytes",
+        type=int,
+        metavar="BYTES",
+        help="keys and values per Kafka transaction, at most (one row always goes) "
+        "[RELAY_BATCH_BYTES=16777216]",
+    )
+    group.add_argument(
         "--poll-interval",
         dest="poll_interval_s",
         type=float,

@@ -70,6 +70,7 @@ class RelaySettings:
     positions_topic: str = "outbox-relay-positions"
     positions_group: str | None = None  # None: <the database's default prefix>-positions
     batch_size: int = 5000
+    batch_bytes: int = 16 * 1024 * 1024  # keys and values per Kafka transaction, at most
     poll_interval_s: float = 0.5
     cleanup: bool = True
     retry_attempts: int = 8
@@ -110,6 +111,7 @@ class RelaySettings:
             "positions_topic": self.positions_topic,
             "positions_group": self.positions_group or _FROM_DATABASE,
             "batch_size": str(self.batch_size),
+            "batch_bytes": str(self.batch_bytes),
             "poll_interval_s": str(self.poll_interval_s),
             "cleanup": str(self.cleanup),
             "retry_attempts": str(self.retry_attempts),
@@ -187,6 +189,7 @@ def _relay_changes(source: SettingsSource) -> dict[str, Any]:
         for name in ("transactional_id_prefix", "positions_topic", "positions_group")
     }
     found["batch_size"] = source.positive_int("batch_size")
+    found["batch_bytes"] = source.positive_int("batch_bytes")
     found["retry_attempts"] = source.positive_int("retry_attempts")
     found["poll_interval_s"] = source.positive_float("poll_interval_s")
     found["position_refresh_s"] = source.positive_float("position_refresh_s")

@@ -151,3 +151,18 @@ def test_an_idle_drain_commits_its_position_again_to_keep_it_alive() -> None:
     make(outbox, kafka).drain()
     assert kafka.positions[0] == CommittedPosition(4, OWNER)  # re-committed
     assert kafka.committed == []
+
+
+def test_batches_are_bounded_by_bytes_as_well_as_rows() -> None:
+    outbox, kafka = MemoryOutbox(), MemoryKafka()
+    outbox.add(*(record(0, s) for s in range(1, 8)))  # key b"k" + value b"v<seq>": 3 bytes
+    result = make(outbox, kafka, batch_size=100, batch_bytes=7).drain()
+    assert [r.seq for r in kafka.committed] == list(range(1, 8))
+    assert result.batches == 4  # 2 + 2 + 2 + 1 rows of 3 bytes within 7 bytes
+
+
+def test_a_row_larger_than_the_byte_bound_still_goes_alone() -> None:
+    outbox, kafka = MemoryOutbox(), MemoryKafka()
+    outbox.add(*(record(0, s) for s in range(1, 4)))
+    result = make(outbox, kafka, batch_bytes=1).drain()
+    assert (result.records, result.batches) == (3, 3)
