@@ -52,9 +52,7 @@ def test_relay_db_partitions_changes_the_count_once_everything_is_published(
     assert_exactly_once_in_order(read_committed(relay_env.bootstrap_servers, topic), first | later)
 
 
-def test_rows_stranded_beyond_the_count_stop_the_relay(
-    relay_env: RelayTestEnv, topic: str
-) -> None:
+def test_rows_stranded_beyond_the_count_stop_the_relay(relay_env: RelayTestEnv, topic: str) -> None:
     write_events(relay_env.database_url, topic, 40)
     relay_env.sql("ALTER TABLE outbox_settings DISABLE TRIGGER USER")  # as an older release
     relay_env.sql("UPDATE outbox_settings SET partitions = 2")
