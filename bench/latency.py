@@ -1,0 +1,277 @@
+"""Latency: from a service's commit to the event in Kafka and to the mirrored row.
+
+A continuous `relay run` and a continuous `relay mirror` run against a fresh database on
+the durable cluster while a writer (8 threads, one connection each) commits one event
+per transaction (the INSERT of ``relay.publish``) at a fixed rate (1,000 events/s for 60 s;
+``--quick``: 10 s). Each event's value carries ``ts``, the writer's clock just before its
+INSERT and COMMIT (so the commit itself is inside the latency). Measured: the time until
+a read_committed consumer (a thread of this process) receives the record, and until the
+mirror inserts the row (its ``applied_at`` column defaults to clock_timestamp(), inside the
+mirror's transaction; same host, same clock). Two settings: the defaults, and short poll
+waits (RELAY_POLL_INTERVAL_S=0.05, RELAY_MIRROR_MAX_WAIT_S=0.05).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+
+import psycopg
+from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+
+from .common import (
+    WORKDIR,
+    Outcome,
+    Row,
+    create_topic,
+    delete_topics,
+    execute,
+    libpq_url,
+    log,
+    percentile,
+    relay_cli,
+    relay_env,
+    run_id,
+    scratch_database,
+)
+
+RATE = 1000
+WRITER_THREADS = 8
+INSERT = (
+    "INSERT INTO outbox (topic, key, value, event_type, headers) VALUES (%s, %s, %s, NULL, '[]')"
+)
+WARM_UP_EVENTS = 20
+FIRST_MEASURED = 1_000_000
+TABLE_DDL = """
+CREATE TABLE latency_events (
+    id bigint PRIMARY KEY, ts double precision NOT NULL, source_seq bigint NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT clock_timestamp())
+"""
+MAPPING = """
+[[tables]]
+table = "latency_events"
+topics = ["{topic}"]
+key = {{ pattern = '^ev-(?P<id>[0-9]+)$' }}
+version = {{ column = "source_seq", source = "header:outbox-seq" }}
+columns = {{ ts = "ts" }}
+"""
+VARIANTS = {
+    "defaults": {},
+    "short_waits": {"RELAY_POLL_INTERVAL_S": "0.05", "RELAY_MIRROR_MAX_WAIT_S": "0.05"},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    seconds: float
+    variants: tuple[str, ...]
+
+
+FULL = Plan(60, ("defaults", "short_waits"))
+QUICK = Plan(10, ("defaults", "short_waits"))
+
+
+class Receiver(threading.Thread):
+    """A read_committed consumer from the topic's current end; receive time - ts per event."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.latencies: dict[int, float] = {}
+        self.stop = threading.Event()
+        self.ready = threading.Event()
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"bench-latency-{run_id()}",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 10,
+            }
+        )
+        self._topic = topic
+
+    def run(self) -> None:
+        try:
+            meta = self._consumer.list_topics(self._topic, timeout=30).topics[self._topic]
+            self._consumer.assign(
+                [TopicPartition(self._topic, p, OFFSET_END) for p in meta.partitions]
+            )
+            self.ready.set()
+            while not self.stop.is_set():
+                for message in self._consumer.consume(1000, 0.05):
+                    raw = message.value()
+                    if message.error() is None and raw is not None:
+                        now = time.time()
+                        event = json.loads(raw)
+                        self.latencies[int(event["n"])] = now - float(event["ts"])
+        finally:
+            self._consumer.close()
+
+
+def write(url: str, topic: str, first: int, count: int, rate: float) -> float:
+    """Commit events ``first`` .. ``first + count - 1``, one per transaction, at ``rate``
+    per second over WRITER_THREADS connections; returns the seconds it took. Each
+    transaction is the INSERT that ``relay.publish`` issues (psycopg directly: a Python
+    writer through SQLAlchemy cannot keep 1,000 commits/s next to the relay and the mirror
+    on two cores)."""
+    counter = itertools.count(first)
+    lock = threading.Lock()
+    started = time.monotonic()
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            with psycopg.connect(libpq_url(url)) as conn:
+                while True:
+                    with lock:
+                        n = next(counter)
+                    if n >= first + count:
+                        return
+                    delay = started + (n - first) / rate - time.monotonic()
+                    if delay > 0:
+                        time.sleep(delay)
+                    value = json.dumps({"n": n, "ts": time.time()}).encode()
+                    conn.execute(INSERT, (topic, f"ev-{n}".encode(), value), prepare=True)
+                    conn.commit()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer) for _ in range(WRITER_THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return time.monotonic() - started
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    ms = [v * 1000 for v in values]
+    return {
+        "p50_ms": round(percentile(ms, 0.5), 1),
+        "p99_ms": round(percentile(ms, 0.99), 1),
+        "max_ms": round(max(ms, default=float("nan")), 1),
+    }
+
+
+def measure(admin_url: str, bootstrap: str, seconds: float, variant: str) -> dict[str, object]:
+    rid = run_id()
+    topic = f"bench-latency-{rid}"
+    mapping = WORKDIR / f"latency-{rid}.toml"
+    mapping.write_text(MAPPING.format(topic=topic))
+    create_topic(bootstrap, topic)
+    receiver = Receiver(bootstrap, topic)
+    try:
+        with scratch_database(admin_url, f"bench_latency_{rid}", TABLE_DDL) as url:
+            env = relay_env(
+                url,
+                bootstrap,
+                f"bench-{rid}",
+                RELAY_MIRROR_CONFIG=str(mapping),
+                RELAY_MIRROR_GROUP=f"bench-{rid}",
+                **VARIANTS[variant],
+            )
+            procs: list[subprocess.Popen[bytes]] = []
+            try:  # the processes stop before their database is dropped, on errors too
+                with (WORKDIR / f"latency-{variant}.log").open("wb") as out:
+                    for args in (("run",), ("mirror",)):
+                        procs.append(
+                            subprocess.Popen(relay_cli(*args), env=env, stdout=out, stderr=out)
+                        )
+                receiver.start()
+                receiver.ready.wait(30)
+                write(url, topic, 1, WARM_UP_EVENTS, 100)  # both running, the group assigned
+                _wait(lambda: _mirrored(url, 0) >= WARM_UP_EVENTS, 60, "the warm-up events")
+                count = int(RATE * seconds)
+                took = write(url, topic, FIRST_MEASURED, count, RATE)
+                _wait(lambda: _mirrored(url, FIRST_MEASURED) >= count, 30, "the mirror")
+                _wait(
+                    lambda: sum(n >= FIRST_MEASURED for n in list(receiver.latencies)) >= count,
+                    30,
+                    "the consumer",
+                )
+                rows = execute(
+                    url,
+                    "SELECT ts, extract(epoch FROM applied_at) FROM latency_events "
+                    "WHERE id >= :first",
+                    first=FIRST_MEASURED,
+                )
+            finally:
+                receiver.stop.set()
+                for proc in procs:
+                    _stop(proc)
+    finally:
+        mapping.unlink(missing_ok=True)
+        delete_topics(bootstrap, [topic, f"bench-{rid}-positions"])
+    kafka = [v for n, v in receiver.latencies.items() if n >= FIRST_MEASURED]
+    mirrored = [float(applied) - float(ts) for ts, applied in rows]  # type: ignore[arg-type]
+    result: dict[str, object] = {
+        "events": count,
+        "target_rate": RATE,
+        "achieved_rate": round(count / took),
+        "settings": VARIANTS[variant] or "defaults",
+        "kafka": {"received": len(kafka), **_summary(kafka)},
+        "mirror": {"applied": len(mirrored), **_summary(mirrored)},
+    }
+    log(f"latency {variant}: {json.dumps(result)}")
+    return result
+
+
+def _mirrored(url: str, first: int) -> int:
+    value = execute(url, "SELECT count(*) FROM latency_events WHERE id >= :first", first=first)[0][
+        0
+    ]
+    assert isinstance(value, int)
+    return value
+
+
+def _wait(condition: object, timeout: float, what: str) -> None:
+    assert callable(condition)
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"latency: timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.2)
+
+
+def run(admin_url: str, bootstrap: str, quick: bool) -> Outcome:
+    plan = QUICK if quick else FULL
+    figures = {v: measure(admin_url, bootstrap, plan.seconds, v) for v in plan.variants}
+    outcome = Outcome()
+    for variant, got in figures.items():
+        for target in ("kafka", "mirror"):
+            part = got[target]
+            assert isinstance(part, dict)
+            outcome.rows.append(
+                Row(
+                    f"latency p99 commit -> {target}, {variant} ({RATE} ev/s)",
+                    part["p99_ms"],
+                    float("nan"),
+                    "ms",
+                )
+            )
+    defaults = figures["defaults"]
+    kafka, mirrored = defaults["kafka"], defaults["mirror"]
+    assert isinstance(kafka, dict) and isinstance(mirrored, dict)
+    outcome.headline.update(
+        latency_p99_ms=kafka["p99_ms"],
+        mirror_latency_p99_ms=mirrored["p99_ms"],
+        latency_seconds=plan.seconds,
+    )
+    outcome.raw["latency"] = figures
+    return outcome
