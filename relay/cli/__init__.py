@@ -12,10 +12,12 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 
+from relay import __version__
 from relay.cli import chaos, db, dev, mirror, positions, run
 from relay.errors import RelayError
 from relay.runtime import logs
 from relay.runtime.secrets import mask_text
+from relay.settings.flags import add_log_level_flag
 
 SUBCOMMANDS = (run, mirror, positions, db, dev, chaos)
 
@@ -25,7 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="relay",
         description="Exactly-once transactional outbox relay between PostgreSQL and Kafka.",
     )
-    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    add_log_level_flag(parser)
+    parser.add_argument("--version", action="version", version=f"relay {__version__}")
     parser.add_argument("--traceback", action="store_true", help="show tracebacks of errors")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for subcommand in SUBCOMMANDS:

@@ -73,8 +73,14 @@ def translate(exc: SQLAlchemyError, url: Secret, doing: str) -> DatabaseError:
 
 
 def _password(url: Secret) -> tuple[str, ...]:
-    password = make_url(url.reveal()).password
-    return (str(password),) if password else ()
+    """The password to mask in driver messages. Not when it is also the URL's user,
+    database or host name: those appear in messages (``user "relay"``) and masking them
+    would only garble what is shown anyway."""
+    parsed = make_url(url.reveal())
+    password = parsed.password
+    if not password or password in (parsed.username, parsed.database, parsed.host):
+        return ()
+    return (str(password),)
 
 
 # Connection loss, transaction rollback (serialization, deadlock), insufficient

@@ -8,6 +8,7 @@ import sys
 
 from relay.runtime.secrets import mask_text
 
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # what --log-level accepts
 LIBRDKAFKA_LOGGER = "relay.librdkafka"  # where the Kafka clients log librdkafka's lines
 _DIGITS = re.compile(r"\d+")
 

@@ -11,6 +11,7 @@ import argparse
 import os
 
 from relay.errors import ConfigurationError
+from relay.runtime import logs
 from relay.runtime.secrets import Secret
 from relay.settings.mirror import MirrorSettings, load_mirror_settings
 from relay.settings.relay import RelaySettings, check_database_url, load_settings
@@ -184,10 +185,20 @@ def add_once_flag(container: argparse._ActionsContainer, what: str) -> None:
     container.add_argument("--once", action="store_true", help=f"{what}, then exit 0")
 
 
+def add_log_level_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        choices=logs.LEVELS,
+        help="DEBUG, INFO, WARNING or ERROR [INFO]",
+    )
+
+
 def add_job_flags(parser: argparse.ArgumentParser) -> None:
     """What a Spark job's driver takes besides the settings."""
     parser.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
-    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    add_log_level_flag(parser)
 
 
 def relay_settings_from_args(args: argparse.Namespace) -> RelaySettings:
