@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from relay.commands.run import check_environment, select_partitions, with_database_defaults
+from relay.commands.run import check_environment, for_database, select_partitions
 from relay.kafka.positions import read_positions
 from relay.kafka.publisher import KafkaTransactionalPublisher
 from relay.postgres.engine import make_engine
@@ -31,7 +31,7 @@ def show(
     engine = make_engine(settings.database_url, pool_size=1)
     try:
         selected = select_partitions(partitions, check_environment(settings, engine))
-        settings = with_database_defaults(settings, engine)
+        settings, _ = for_database(settings, engine)
         source = PostgresOutboxSource(engine, settings.database_url)
         found = read_positions(settings, selected)
         return [
@@ -50,9 +50,8 @@ def restore(
     engine = make_engine(settings.database_url, pool_size=1)
     try:
         selected = select_partitions(partitions, check_environment(settings, engine))
-        settings = with_database_defaults(settings, engine)
+        settings, owner = for_database(settings, engine)
         source = PostgresOutboxSource(engine, settings.database_url)
-        owner = PositionOwner(source.identity().database_id, settings.prefix)
         restored = []
         for partition in selected:
             publisher = KafkaTransactionalPublisher(settings, partition, owner)

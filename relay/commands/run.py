@@ -10,6 +10,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from functools import partial
 from typing import TYPE_CHECKING
 
 from relay.errors import ConfigurationError, RetriableError
@@ -68,27 +69,27 @@ def select_partitions(requested: Sequence[int] | None, partitions: int) -> list[
     return sorted(set(requested))
 
 
-def with_database_defaults(settings: RelaySettings, engine: Engine) -> RelaySettings:
-    """``settings`` with the prefix and positions group the database chose where unset."""
+def for_database(settings: RelaySettings, engine: Engine) -> tuple[RelaySettings, PositionOwner]:
+    """``settings`` with the prefix and positions group the database chose where unset, and
+    the owner every position of these relays carries (read once per run)."""
     identity = PostgresOutboxSource(engine, settings.database_url).identity()
-    return settings.with_database_defaults(identity.default_prefix)
+    settings = settings.with_database_defaults(identity.default_prefix)
+    return settings, PositionOwner(identity.database_id, settings.prefix)
 
 
 def build_partition_relay(
     settings: RelaySettings,
+    owner: PositionOwner,
     partition: int,
     engine: Engine,
     *,
     retry: RetryPolicy | None = None,
     clock: Clock | None = None,
 ) -> PartitionRelay:
-    source = PostgresOutboxSource(engine, settings.database_url)
-    identity = source.identity()
-    settings = settings.with_database_defaults(identity.default_prefix)
-    owner = PositionOwner(identity.database_id, settings.prefix)
+    """``settings`` and ``owner`` as :func:`for_database` returns them."""
     return PartitionRelay(
         partition,
-        source,
+        PostgresOutboxSource(engine, settings.database_url),
         KafkaTransactionalPublisher(settings, partition, owner),
         owner=owner,
         batch_size=settings.batch_size,
@@ -106,7 +107,8 @@ def drain_partition(settings: RelaySettings, partition: int) -> DrainResult:
         settings.database_url, application_name="outbox-relay-task", pooled=False, pre_ping=False
     )
     retry = RetryPolicy(max_attempts=settings.retry_attempts)
-    relay = build_partition_relay(settings, partition, engine, retry=retry)
+    settings, owner = for_database(settings, engine)
+    relay = build_partition_relay(settings, owner, partition, engine, retry=retry)
     try:
         return relay.drain()
     finally:
@@ -135,20 +137,29 @@ class ProcessRelay:
             count = check_environment(self._settings, engine)
             partitions = select_partitions(self._requested, count)
             log.info("relaying partitions %s (%s)", partitions, "once" if once else "continuously")
-            return self._run_partitions(engine, partitions, once)
+            settings, owner = for_database(self._settings, engine)
+            return self._run_partitions(settings, owner, engine, partitions, once)
         finally:
             engine.dispose()
 
     def _run_partitions(
-        self, engine: Engine, partitions: list[int], once: bool
+        self,
+        settings: RelaySettings,
+        owner: PositionOwner,
+        engine: Engine,
+        partitions: list[int],
+        once: bool,
     ) -> RunSummary[DrainResult]:
         # A service keeps retrying (a missing topic may be created later); a run that is
         # meant to finish gives up after RELAY_RETRY_ATTEMPTS and says why.
-        attempts = self._settings.retry_attempts if once else None
+        attempts = settings.retry_attempts if once else None
         retry = RetryPolicy(max_attempts=attempts)
+        run_one = partial(
+            self._run_one, settings=settings, owner=owner, engine=engine, once=once, retry=retry
+        )
         with ThreadPoolExecutor(len(partitions), thread_name_prefix="relay-p") as pool:
             futures: list[Future[DrainResult]] = [
-                pool.submit(self._run_one, engine, p, once, retry) for p in partitions
+                pool.submit(run_one, partition) for partition in partitions
             ]
             done, _ = wait(futures, return_when=FIRST_EXCEPTION)
             failed = [f for f in done if f.exception() is not None]
@@ -161,10 +172,17 @@ class ProcessRelay:
             return RunSummary(tuple(f.result() for f in futures))
 
     def _run_one(
-        self, engine: Engine, partition: int, once: bool, retry: RetryPolicy
+        self,
+        partition: int,
+        *,
+        settings: RelaySettings,
+        owner: PositionOwner,
+        engine: Engine,
+        once: bool,
+        retry: RetryPolicy,
     ) -> DrainResult:
         relay = build_partition_relay(
-            self._settings, partition, engine, retry=retry, clock=self._clock
+            settings, owner, partition, engine, retry=retry, clock=self._clock
         )
         try:
             if once:

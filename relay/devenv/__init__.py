@@ -6,7 +6,6 @@ default ``./.relay-dev``) and returns their :class:`Endpoints`; ``down()`` stops
 """
 
 from relay.errors import DevEnvError
-from relay.runtime.secrets import mask_url
 
 from .environment import (
     DevEnvStatus,
@@ -39,7 +38,6 @@ __all__ = [
     "down",
     "env_file",
     "kafka_pid",
-    "mask_url",
     "postgres_pid",
     "resolve_workdir",
     "restart_kafka",

@@ -16,12 +16,10 @@ from relay.settings.relay import RelaySettings
 _librdkafka_log = logging.getLogger(LIBRDKAFKA_LOGGER)
 
 
-def read_positions(
-    settings: RelaySettings, partitions: Sequence[int]
-) -> dict[int, CommittedPosition]:
-    """The committed position of each relay partition, as a read_committed consumer of the
-    positions group sees it (for display: a relay reads its own only after fencing)."""
-    consumer = Consumer(
+def positions_consumer(settings: RelaySettings) -> Consumer:
+    """A read_committed consumer of the positions group, which never joins it: it only
+    reads committed offsets (a pending transactional commit is waited for)."""
+    return Consumer(
         {
             **settings.kafka.client_config(),
             "group.id": settings.group,
@@ -30,6 +28,21 @@ def read_positions(
         },
         logger=_librdkafka_log,
     )
+
+
+def committed_position(tp: TopicPartition) -> CommittedPosition:
+    """A positions-topic offset as a position (no offset, librdkafka's -1001: 0)."""
+    if tp.offset <= 0:
+        return CommittedPosition(0)
+    return CommittedPosition(tp.offset, PositionOwner.from_stamp(tp.metadata))
+
+
+def read_positions(
+    settings: RelaySettings, partitions: Sequence[int]
+) -> dict[int, CommittedPosition]:
+    """The committed position of each relay partition, as a read_committed consumer of the
+    positions group sees it (for display: a relay reads its own only after fencing)."""
+    consumer = positions_consumer(settings)
     try:
         wanted = [TopicPartition(settings.positions_topic, p) for p in partitions]
         found = consumer.committed(wanted, timeout=settings.kafka.request_timeout_s)
@@ -37,11 +50,4 @@ def read_positions(
         raise KafkaError(f"reading the committed positions failed: {kafka_reason(exc)}") from None
     finally:
         consumer.close()
-    return {
-        tp.partition: (
-            CommittedPosition(tp.offset, PositionOwner.from_stamp(tp.metadata))
-            if tp.offset > 0
-            else CommittedPosition(0)
-        )
-        for tp in found
-    }
+    return {tp.partition: committed_position(tp) for tp in found}

@@ -13,8 +13,8 @@ import logging
 from collections.abc import Sequence
 from functools import partial
 
-from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka import KafkaError as LibKafkaError
+from confluent_kafka import KafkaException, Message, Producer, TopicPartition
 
 from relay.errors import (
     ConfigurationError,
@@ -25,6 +25,7 @@ from relay.errors import (
 )
 from relay.kafka.admin import admin_client
 from relay.kafka.errors import kafka_reason, lib_error, translate
+from relay.kafka.positions import committed_position, positions_consumer
 from relay.kafka.topics import TOPIC_MISSING, TopicGuard
 from relay.publishing.types import CommittedPosition, OutboxRecord, PositionOwner
 from relay.runtime.logs import LIBRDKAFKA_LOGGER
@@ -34,8 +35,6 @@ log = logging.getLogger(__name__)
 # librdkafka's own log lines go through logging (and its secret filter), not raw stderr.
 _librdkafka_log = logging.getLogger(LIBRDKAFKA_LOGGER)
 
-# Offsets at or below this mean "nothing committed" (librdkafka's OFFSET_INVALID is -1001).
-_NO_OFFSET = 0
 _COMMIT_ATTEMPTS = 3
 _LIBRDKAFKA_BATCH_SIZE = 1_000_000  # librdkafka's default batch.size
 # Errors produce() raises for one record that retrying the same bytes can never fix.
@@ -85,15 +84,7 @@ class KafkaTransactionalPublisher:
                 },
                 logger=_librdkafka_log,
             )
-            self._positions = Consumer(
-                {
-                    **base,
-                    "group.id": settings.group,
-                    "isolation.level": "read_committed",
-                    "enable.auto.commit": False,
-                },
-                logger=_librdkafka_log,
-            )
+            self._positions = positions_consumer(settings)
         except KafkaException as exc:
             raise ConfigurationError(f"Kafka configuration rejected: {kafka_reason(exc)}") from None
         self._position_tp = TopicPartition(settings.positions_topic, partition)
@@ -121,9 +112,7 @@ class KafkaTransactionalPublisher:
                 f"relay partition {self._partition}: reading the committed position failed: "
                 f"{tp.error.str()}"
             )
-        if tp.offset <= _NO_OFFSET:
-            return CommittedPosition(0)
-        return CommittedPosition(tp.offset, PositionOwner.from_stamp(tp.metadata))
+        return committed_position(tp)
 
     def begin(self) -> None:
         self._delivery_error = None

@@ -112,10 +112,12 @@ class PostgresOutboxSource:
     def _dead_letter_unreadable(self, partition: int, reasons: dict[int, str]) -> None:
         """Rows that can never become a Kafka record leave the outbox for the dead-letter
         table, each with its reason, in one transaction (I5); the relay goes on."""
+        params = [
+            {"partition": partition, "ids": [outbox_id], "error": reason}
+            for outbox_id, reason in reasons.items()
+        ]
         with self._connection("moving rows to outbox_dead_letters", begin=True) as conn:
-            for outbox_id, reason in reasons.items():
-                params = {"partition": partition, "ids": [outbox_id], "error": reason}
-                conn.execute(_DEAD_LETTER, params)
+            conn.execute(_DEAD_LETTER, params)
         log.error(
             "relay partition %d: moved %d outbox row(s) that cannot become Kafka records "
             "to outbox_dead_letters: %s",
