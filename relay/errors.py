@@ -24,6 +24,7 @@ Exit codes: 1 a run failed (:class:`RelayError`), 2 configuration, 3 database, 4
     │   ├── RecordMayHealError         a record refused for now (e.g. parent not there yet)
     │   └── TopicMissingError
     ├── InvalidEventError              an event the write API cannot store
+    ├── UnsupportedBindError           the write API cannot write through this object
     ├── GaveUpError                    retries exhausted
     ├── UndeliverableEventError        Kafka refuses rows for good: dead-letter them
     ├── DecodeError                    a record the mirror cannot map: dead-letter it
@@ -141,6 +142,13 @@ class MirrorOffsetConflict(RelayError):
 
 class InvalidEventError(RelayError, ValueError):
     """An event cannot be written to the outbox as given (also a ValueError)."""
+
+
+class UnsupportedBindError(RelayError, TypeError):
+    """The write API cannot add events to the caller's transaction through this object (also
+    a TypeError): a type it does not know, an asynchronous session or connection given to
+    the synchronous functions (or the reverse), or a connection in autocommit mode outside
+    a transaction."""
 
 
 class GaveUpError(RelayError):

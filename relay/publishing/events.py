@@ -116,7 +116,14 @@ def _shown(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def outbox_rows(events: Iterable[Event]) -> list[dict[str, Any]]:
+    """The parameters of the write API's INSERT, one dict an event, in order; every event
+    is checked before the first is written."""
+    return [outbox_row(event) for event in events]
+
+
 def outbox_row(event: Event) -> dict[str, Any]:
+    """One event as the INSERT's parameters: ``headers`` is the column's JSON text."""
     if not isinstance(event.topic, str) or not TOPIC_NAME.match(event.topic):
         raise InvalidEventError(
             f"invalid Kafka topic name {event.topic!r}: use 1-249 of [A-Za-z0-9._-]"
@@ -126,5 +133,5 @@ def outbox_row(event: Event) -> dict[str, Any]:
         "key": encode_key(event.key),
         "value": encode_value(event.value),
         "event_type": event.event_type,
-        "headers": encode_headers(event.headers),
+        "headers": json.dumps(encode_headers(event.headers), separators=(",", ":")),
     }
