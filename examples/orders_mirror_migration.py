@@ -1,10 +1,11 @@
-"""Mirrored table for the demo's orders (an Alembic revision to copy, see docs/mirror.md).
+"""Mirrored table for the demo's orders (an Alembic revision for your own history, see
+docs/mirror.md).
 
 Revision ID: 0003_orders_mirror
-Revises: 0003_mirror
 Create Date: 2026-11-22
 
-To mirror into your own database, copy this file to ``migrations/versions/`` and run
+To mirror into your own database, copy this file into your service's own Alembic history
+(``down_revision`` set to your latest revision) and run ``alembic upgrade head`` after
 ``relay db upgrade``; the demo (examples/orders_demo.py) runs its ``upgrade()`` directly.
 The table has the key column(s) of the mapping as its primary key, one column per mapped
 JSON field, and a ``bigint`` version column the mirror fills (here the outbox seq).
@@ -18,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0003_orders_mirror"
-down_revision: str | None = "0003_mirror"
+down_revision: str | None = None  # your latest revision
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

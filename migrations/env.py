@@ -1,11 +1,21 @@
-"""Alembic environment for the relay's tables (outbox, settings, mirror bookkeeping)."""
+"""Alembic environment for the relay's tables (outbox, settings, mirror bookkeeping).
+
+`relay db upgrade` builds its configuration in code (relay/postgres/migrations.py, no ini
+file); `alembic -c alembic.ini ...` by hand works too. Either way our revision lives in our
+own version table, relay_alembic_version (a service's Alembic keeps alembic_version), a
+revision that older releases kept in alembic_version is moved there first, and
+relay_schema_compat follows each step (which older relays may run on the schema).
+"""
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from alembic import context
-from sqlalchemy import create_engine, pool
+from sqlalchemy import Connection, create_engine, pool
+
+from relay.postgres.migrations import VERSION_TABLE, adopt_legacy_revision, record_compatibility
 
 config = context.config
 
@@ -17,8 +27,24 @@ def _database_url() -> str:
     return url
 
 
+def _configure(**options: Any) -> None:
+    context.configure(
+        transaction_per_migration=True,
+        version_table=VERSION_TABLE,
+        on_version_apply=record_compatibility,
+        **options,
+    )
+
+
 def run_migrations_offline() -> None:
-    context.configure(url=_database_url(), literal_binds=True, transaction_per_migration=True)
+    _configure(url=_database_url(), literal_binds=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def _run_on(connection: Connection) -> None:
+    adopt_legacy_revision(connection, context.script)
+    _configure(connection=connection)
     with context.begin_transaction():
         context.run_migrations()
 
@@ -26,15 +52,11 @@ def run_migrations_offline() -> None:
 def run_migrations_online() -> None:
     connectable = config.attributes.get("connection")
     if connectable is not None:
-        context.configure(connection=connectable, transaction_per_migration=True)
-        with context.begin_transaction():
-            context.run_migrations()
+        _run_on(connectable)
         return
     engine = create_engine(_database_url(), poolclass=pool.NullPool)
     with engine.connect() as connection:
-        context.configure(connection=connection, transaction_per_migration=True)
-        with context.begin_transaction():
-            context.run_migrations()
+        _run_on(connection)
     engine.dispose()
 
 

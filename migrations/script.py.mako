@@ -17,6 +17,10 @@ revision: str = ${repr(up_revision)}
 down_revision: str | None = ${repr(down_revision)}
 branch_labels: str | Sequence[str] | None = ${repr(branch_labels)}
 depends_on: str | Sequence[str] | None = ${repr(depends_on)}
+# The oldest revision whose relays still run on this schema (relay_schema_compat; see
+# docs/operations.md, "Upgrading while relays run"): name an earlier one for an additive
+# change that older relays do not notice; None, only relays that know this revision.
+oldest_compatible: str | None = None
 
 
 def upgrade() -> None:

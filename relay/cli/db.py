@@ -64,7 +64,14 @@ def _downgrade(args: argparse.Namespace) -> int:
 
 def _current(args: argparse.Namespace) -> int:
     revision = db.current(database_url_from_args(args))
-    state = "up to date" if revision.up_to_date else f"needs upgrade to {revision.head}"
+    if revision.up_to_date:
+        state = "up to date"
+    elif not revision.newer:
+        state = f"needs upgrade to {revision.head}"
+    elif revision.compatible:
+        state = f"newer than {revision.head}; runs relays of {revision.oldest_compatible} or later"
+    else:
+        state = f"newer than {revision.head} and not compatible with it: upgrade the relay"
     print(f"{revision.current or '(empty)'} ({state})")
     return 0
 

@@ -3,23 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from relay.postgres import migrations
 from relay.postgres.engine import make_engine
+from relay.postgres.migrations import SchemaRevision
 from relay.postgres.outbox_source import change_partition_count
 from relay.postgres.roles import grant_roles
 from relay.runtime.secrets import Secret
-
-
-@dataclass(frozen=True, slots=True)
-class SchemaRevision:
-    current: str | None  # None: no migration applied
-    head: str
-
-    @property
-    def up_to_date(self) -> bool:
-        return self.current == self.head
 
 
 def upgrade(url: Secret, revision: str = "head") -> None:
@@ -31,12 +21,12 @@ def downgrade(url: Secret, revision: str) -> None:
 
 
 def current(url: Secret) -> SchemaRevision:
+    """The database's schema revision against this package's migrations."""
     engine = make_engine(url, pool_size=1)
     try:
-        applied = migrations.current_revision(engine, url)
+        return migrations.schema_revision(engine, url)
     finally:
         engine.dispose()
-    return SchemaRevision(applied, migrations.head_revision(url))
 
 
 def roles(url: Secret, mirror_tables: Sequence[str] = ()) -> None:

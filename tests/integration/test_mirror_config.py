@@ -117,7 +117,7 @@ def test_bad_settings_fail_fast_with_one_clear_line(
 
 
 def test_unmigrated_database_names_the_fix(env: MirrorEnv) -> None:
-    run_sql(env.database_url, "UPDATE alembic_version SET version_num = '0001_outbox'")
+    run_sql(env.database_url, "UPDATE relay_alembic_version SET version_num = '0001_outbox'")
     result = env.run("--once")
     assert result.returncode == 3, result.stderr
     assert "run `relay db upgrade`" in result.stderr
