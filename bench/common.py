@@ -199,40 +199,22 @@ def value_sql(n: str) -> str:
     )
 
 
-OUTBOX_TRIGGERS = ("outbox_assign_partition", "outbox_sequence_at_commit")
-
-
 def fill_outbox(url: str, table: str, topic: str, rows: int, chunk: int = 50_000) -> float:
     """Insert ``rows`` events into ``table`` (the outbox, or a trigger-less copy of it), in
     transactions of ``chunk`` rows; returns the seconds taken. Keys ``customer-<n % keys>``,
-    a JSON value of ~130 bytes, event type CustomerChanged, no user headers.
-
-    Into the outbox, the rows get what its triggers would give them (the partition from
-    ``outbox_partition_of``, ``seq`` from ``outbox_seq`` in id order) in the INSERT itself,
-    with the two triggers disabled meanwhile: the commit-time trigger's per-row check can
-    be planned on the partial index of unsequenced rows, which makes one transaction of n
-    rows cost O(n^2) at commit (a backlog of 1M rows then takes many minutes to write).
-    The write path's own cost is what bench/write_path.py measures."""
+    a JSON value of ~130 bytes, event type CustomerChanged, no user headers. Into the
+    outbox they go through its triggers, as any INSERT does (the write path's cost per
+    service transaction is what bench/write_path.py measures)."""
     keys = distinct_keys(rows)
-    outbox = table == "outbox"
     columns = "topic, key, value, event_type, headers"
     select = (
         f"SELECT CAST(:topic AS text) AS topic, convert_to('customer-' || (n % {keys}), 'UTF8') "
         f"AS key, {value_sql('n')} AS value, '{EVENT_TYPE}' AS event_type, '[]'::jsonb AS headers "
-        "FROM generate_series(CAST(:start AS bigint), CAST(:stop AS bigint)) AS n"
+        "FROM generate_series(CAST(:start AS bigint), CAST(:stop AS bigint)) AS n ORDER BY n"
     )
-    if outbox:
-        columns = f"partition, seq, {columns}"
-        select = (
-            "SELECT outbox_partition_of(e.key, s.partitions), nextval('outbox_seq'), "
-            f"e.topic, e.key, e.value, e.event_type, e.headers "
-            f"FROM ({select} ORDER BY n) AS e, outbox_settings AS s"
-        )
     eng = engine(url)
     started = time.monotonic()
     try:
-        if outbox:
-            _outbox_triggers(eng, "DISABLE")
         for start in range(0, rows, chunk):
             with eng.begin() as conn:
                 conn.execute(
@@ -240,16 +222,8 @@ def fill_outbox(url: str, table: str, topic: str, rows: int, chunk: int = 50_000
                     {"topic": topic, "start": start, "stop": min(rows, start + chunk) - 1},
                 )
     finally:
-        if outbox:
-            _outbox_triggers(eng, "ENABLE")
         eng.dispose()
     return time.monotonic() - started
-
-
-def _outbox_triggers(eng: sa.Engine, action: str) -> None:
-    with eng.begin() as conn:
-        for trigger in OUTBOX_TRIGGERS:
-            conn.execute(sa.text(f"ALTER TABLE outbox {action} TRIGGER {trigger}"))
 
 
 # --- Kafka ---------------------------------------------------------------------------------

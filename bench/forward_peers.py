@@ -3,7 +3,7 @@
     python -m bench.forward_peers raw|naive      (BENCH_DATABASE_URL, BENCH_BOOTSTRAP)
 
 ``raw``: one transactional confluent-kafka producer over the same outbox rows, read in
-(partition, seq) order with a server-side cursor, one Kafka transaction per BATCH_SIZE
+(partition, id) order with a server-side cursor, one Kafka transaction per BATCH_SIZE
 records, and nothing else: no position, no fencing check, no clean-up. The ceiling of
 Python + librdkafka on this machine; not a relay (a crash re-sends everything).
 
@@ -79,8 +79,8 @@ def raw(url: str, bootstrap: str) -> int:
     with psycopg.connect(libpq_url(url)) as conn, conn.cursor(name="backlog") as cur:
         cur.itersize = BATCH_SIZE
         cur.execute(
-            "SELECT id, partition, seq, topic, key, value, event_type, headers FROM outbox "
-            "ORDER BY partition, seq"
+            "SELECT id, partition, coalesce(seq, id), topic, key, value, event_type, headers "
+            "FROM outbox ORDER BY partition, id"
         )
         in_txn = 0
         for row_id, partition, seq, topic, key, value, event_type, stored in cur:
@@ -112,8 +112,8 @@ def naive(url: str, bootstrap: str) -> int:
         while True:
             with conn.transaction():
                 rows = conn.execute(
-                    "SELECT id, partition, seq, topic, key, value, event_type, headers FROM outbox "
-                    "ORDER BY id FOR UPDATE SKIP LOCKED LIMIT %s",
+                    "SELECT id, partition, coalesce(seq, id), topic, key, value, event_type, "
+                    "headers FROM outbox ORDER BY id FOR UPDATE SKIP LOCKED LIMIT %s",
                     (BATCH_SIZE,),
                 ).fetchall()
                 if not rows:

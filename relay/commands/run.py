@@ -13,12 +13,18 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from functools import partial
 from typing import TYPE_CHECKING
 
+from relay.commands.commit_watch import CommitWatch
 from relay.errors import ConfigurationError, RetriableError
 from relay.kafka.admin import admin_client, check_broker, ensure_positions_topic
 from relay.kafka.publisher import KafkaTransactionalPublisher
 from relay.postgres.engine import database_errors, make_engine
 from relay.postgres.migrations import check_schema
-from relay.postgres.outbox_source import PostgresOutboxSource, relay_partitions, stranded_rows
+from relay.postgres.outbox_source import (
+    PostgresOutboxSource,
+    committed_tops,
+    relay_partitions,
+    stranded_rows,
+)
 from relay.publishing.partition_relay import PartitionRelay
 from relay.publishing.types import DrainResult, PositionOwner
 from relay.runtime.clock import Clock, SystemClock
@@ -154,10 +160,23 @@ class ProcessRelay:
         # meant to finish gives up after RELAY_RETRY_ATTEMPTS and says why.
         attempts = settings.retry_attempts if once else None
         retry = RetryPolicy(max_attempts=attempts)
-        run_one = partial(
-            self._run_one, settings=settings, owner=owner, engine=engine, once=once, retry=retry
+        watch = CommitWatch(
+            partitions,
+            partial(committed_tops, engine, settings.database_url),
+            settings.commit_watch_s,
         )
-        with ThreadPoolExecutor(len(partitions), thread_name_prefix="relay-p") as pool:
+        run_one = partial(
+            self._run_one,
+            settings=settings,
+            owner=owner,
+            engine=engine,
+            once=once,
+            retry=retry,
+            watch=watch,
+        )
+        with ThreadPoolExecutor(len(partitions) + 1, thread_name_prefix="relay-p") as pool:
+            if not once:
+                pool.submit(watch.run, self.stop_event)
             futures: list[Future[DrainResult]] = [
                 pool.submit(run_one, partition) for partition in partitions
             ]
@@ -165,6 +184,7 @@ class ProcessRelay:
             failed = [f for f in done if f.exception() is not None]
             if failed:
                 self.stop_event.set()
+                watch.wake_all()
                 wait(futures)
                 error = failed[0].exception()
                 if error is not None:
@@ -180,6 +200,7 @@ class ProcessRelay:
         engine: Engine,
         once: bool,
         retry: RetryPolicy,
+        watch: CommitWatch,
     ) -> DrainResult:
         relay = build_partition_relay(
             settings, owner, partition, engine, retry=retry, clock=self._clock
@@ -187,11 +208,11 @@ class ProcessRelay:
         try:
             if once:
                 return relay.drain(self.stop_event)
-            return self._follow(relay)
+            return self._follow(relay, watch)
         finally:
             relay.close()
 
-    def _follow(self, relay: PartitionRelay) -> DrainResult:
+    def _follow(self, relay: PartitionRelay, watch: CommitWatch) -> DrainResult:
         while True:  # a service outlives a restarting database or broker
             try:
                 relay.start()
@@ -205,8 +226,7 @@ class ProcessRelay:
             result = relay.publish_batch(stop=self.stop_event)
             if result is None:
                 relay.keep_alive_if_due(self._settings.position_refresh_s)
-                if self._clock.wait(self._settings.poll_interval_s, self.stop_event):
-                    break
+                watch.wait(relay.partition, self._settings.poll_interval_s)
                 continue
             records += result.records
             batches += 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -14,17 +15,71 @@ from relay.publishing.events import decode_headers
 from relay.publishing.types import OutboxIdentity, OutboxRecord
 from relay.runtime.secrets import Secret
 
+# Committed rows of a relay partition in position order (I2, docs/invariants.md): rows
+# sequenced before 0007_commit_markers carry their seq; later ones are at base + ordinal
+# of their transaction's marker in outbox_commits.
 _FETCH = text(
     """
-    SELECT id, partition, seq, topic, key, value, event_type, headers
-    FROM outbox
-    WHERE partition = :partition AND seq > :after AND seq <= :up_to
-    ORDER BY seq
+    SELECT r.id, r.seq, r.topic, r.key, r.value, r.event_type, r.headers
+    FROM (
+      SELECT o.id, o.seq, o.topic, o.key, o.value, o.event_type, o.headers
+      FROM outbox o
+      WHERE o.partition = :partition AND o.seq > :after AND o.seq <= :up_to
+      UNION ALL
+      SELECT o.id, m.base + o.ordinal, o.topic, o.key, o.value, o.event_type, o.headers
+      FROM (
+        SELECT base, txid, first_id, last_id FROM outbox_commits
+        WHERE partition = :partition AND last_seq > :after AND first_seq <= :up_to
+        ORDER BY last_seq
+        LIMIT :limit
+      ) m
+      JOIN outbox o
+        ON o.id BETWEEN m.first_id AND m.last_id AND o.txid = m.txid
+        AND o.partition = :partition
+    ) r
+    WHERE r.seq > :after AND r.seq <= :up_to
+    ORDER BY r.seq
     LIMIT :limit
     """
 )
-_HIGH_WATER = text("SELECT coalesce(max(seq), 0) FROM outbox WHERE partition = :partition")
-_DELETE = text("DELETE FROM outbox WHERE partition = :partition AND seq <= :up_to")
+# How far the partition is settled: every position at or below it is committed and
+# visible, or will never exist. NULL when a writer that does not finish holds it up.
+_HORIZON = text("SELECT outbox_horizon(:partition)")
+HORIZON_BLOCKERS = text(
+    """
+    SELECT coalesce('prepared transaction ' || quote_literal(x.gid),
+                    'backend ' || l.pid || coalesce(' (' || a.state || ' since '
+                    || date_trunc('second', a.state_change) || ')', ''))
+    FROM pg_locks l
+    LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+    LEFT JOIN pg_prepared_xacts x ON l.virtualtransaction = '-1/' || x.transaction
+    WHERE l.locktype = 'advisory' AND l.classid = 2827 AND l.objid = :partition
+      AND l.objsubid = 2 AND l.granted
+    """
+)
+_HIGH_WATER = text(
+    """
+    SELECT greatest(
+      (SELECT coalesce(max(seq), 0) FROM outbox WHERE partition = :partition AND seq > 0),
+      (SELECT coalesce(max(last_seq), 0) FROM outbox_commits
+       WHERE partition = :partition AND first_seq <= :up_to))
+    """
+)
+_DELETE = text(
+    """
+    WITH gone AS (
+      DELETE FROM outbox o USING outbox_commits m
+      WHERE m.partition = :partition AND m.first_seq <= :up_to
+        AND o.id BETWEEN m.first_id AND m.last_id AND o.txid = m.txid
+        AND o.partition = :partition AND m.base + o.ordinal <= :up_to
+      RETURNING 1
+    ), done AS (
+      DELETE FROM outbox_commits WHERE partition = :partition AND last_seq <= :up_to
+    )
+    SELECT count(*) FROM gone
+    """
+)
+_DELETE_LEGACY = text("DELETE FROM outbox WHERE partition = :partition AND seq <= :up_to")
 _RAISE_FLOOR = text(
     """
     INSERT INTO outbox_published_floor AS f (partition, position) VALUES (:partition, :position)
@@ -38,17 +93,22 @@ _LAST_ASSIGNED = text("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FRO
 _DEAD_LETTER = text(
     """
     WITH moved AS (
-      DELETE FROM outbox WHERE partition = :partition AND id = ANY(:ids)
-      RETURNING id, partition, seq, topic, key, value, event_type, headers, created_at
+      DELETE FROM outbox o WHERE o.partition = :partition AND o.id = ANY(:ids)
+      RETURNING o.id, o.partition, o.seq, o.txid, o.ordinal, o.topic, o.key, o.value,
+                o.event_type, o.headers, o.created_at
     )
     INSERT INTO outbox_dead_letters
       (outbox_id, partition, seq, topic, key, value, event_type, headers, created_at, error)
-    SELECT id, partition, seq, topic, key, value, event_type, headers, created_at, :error
-    FROM moved
+    SELECT d.id, d.partition, coalesce(d.seq, m.base + d.ordinal), d.topic, d.key, d.value,
+           d.event_type, d.headers, d.created_at, :error
+    FROM moved d
+    LEFT JOIN outbox_commits m
+      ON m.partition = d.partition AND m.txid = d.txid AND d.id BETWEEN m.first_id AND m.last_id
     """
 )
 _PARTITIONS = text("SELECT partitions FROM outbox_settings")
-_MAX_SEQ = 2**63 - 1
+HELD_UP_WARNING_S = 10.0
+"""How long a partition's horizon may be held up before each warning."""
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +116,14 @@ log = logging.getLogger(__name__)
 class PostgresOutboxSource:
     """Implements :class:`relay.publishing.ports.OutboxSource` on the ``outbox`` table."""
 
-    def __init__(self, engine: Engine, url: Secret) -> None:
+    def __init__(
+        self, engine: Engine, url: Secret, *, held_up_warning_s: float = HELD_UP_WARNING_S
+    ) -> None:
         self._engine = engine
         self._url = url
+        self._held_up_warning_s = held_up_warning_s
+        self._horizons: dict[int, int] = {}
+        self._held_up_since: dict[int, float] = {}
 
     @contextmanager
     def _connection(self, doing: str, *, begin: bool = False) -> Iterator[Connection]:
@@ -70,20 +135,49 @@ class PostgresOutboxSource:
         ):
             yield conn
 
+    def _horizon(self, conn: Connection, partition: int) -> int:
+        """The partition's settled position (0007_commit_markers), or the last one learnt
+        when a writer holds it up; in a transaction of its own, which releases the
+        partition's lock at once."""
+        found = conn.execute(_HORIZON, {"partition": partition}).scalar_one()
+        conn.commit()
+        if found is not None:
+            self._horizons[partition] = int(found)
+            self._held_up_since.pop(partition, None)
+            return int(found)
+        now = time.monotonic()
+        since = self._held_up_since.setdefault(partition, now)
+        if now - since >= self._held_up_warning_s:
+            blockers = conn.execute(HORIZON_BLOCKERS, {"partition": partition}).scalars()
+            conn.commit()
+            log.warning(
+                "relay partition %d: publishing is held up for %.0f s by a transaction that "
+                "wrote to it and does not finish: %s (commit or roll it back; "
+                "docs/operations.md)",
+                partition,
+                now - since,
+                ", ".join(blockers) or "unknown",
+            )
+            self._held_up_since[partition] = now
+        return self._horizons.get(partition, 0)
+
     def high_water(self, partition: int) -> int:
         with self._connection("reading the outbox") as conn:
-            return int(conn.execute(_HIGH_WATER, {"partition": partition}).scalar_one())
+            up_to = self._horizon(conn, partition)
+            found = conn.execute(_HIGH_WATER, {"partition": partition, "up_to": up_to})
+            return int(found.scalar_one())
 
     def fetch(
         self, partition: int, after_seq: int, limit: int, up_to_seq: int | None = None
     ) -> Sequence[OutboxRecord]:
-        params = {
-            "partition": partition,
-            "after": after_seq,
-            "up_to": _MAX_SEQ if up_to_seq is None else up_to_seq,
-            "limit": limit,
-        }
         with self._connection("reading the outbox") as conn:
+            settled = self._horizon(conn, partition)
+            params = {
+                "partition": partition,
+                "after": after_seq,
+                "up_to": settled if up_to_seq is None else min(settled, up_to_seq),
+                "limit": limit,
+            }
             rows = conn.execute(_FETCH, params).all()
         records: list[OutboxRecord] = []
         unreadable: dict[int, str] = {}
@@ -96,7 +190,7 @@ class PostgresOutboxSource:
             records.append(
                 OutboxRecord(
                     id=row.id,
-                    partition=row.partition,
+                    partition=partition,
                     seq=row.seq,
                     topic=row.topic,
                     key=row.key,
@@ -154,7 +248,8 @@ class PostgresOutboxSource:
             conn.execute(_RAISE_FLOOR, params)
             if not delete_rows:
                 return 0
-            return int(conn.execute(_DELETE, params).rowcount)
+            deleted = int(conn.execute(_DELETE, params).scalar_one())
+            return deleted + int(conn.execute(_DELETE_LEGACY, params).rowcount)
 
 
 def relay_partitions(engine: Engine, url: Secret) -> int:
@@ -184,3 +279,21 @@ def change_partition_count(engine: Engine, url: Secret, partitions: int) -> int:
         )
         conn.execute(text("UPDATE outbox_settings SET partitions = :n"), {"n": partitions})
     return before
+
+
+_TOPS = text(
+    """
+    SELECT s.p AS partition,
+           (SELECT coalesce(max(c.last_seq), 0) FROM outbox_commits c WHERE c.partition = s.p)
+             AS top
+    FROM unnest(CAST(:partitions AS integer[])) AS s(p)
+    """
+)
+
+
+def committed_tops(engine: Engine, url: Secret, partitions: Sequence[int]) -> dict[int, int]:
+    """Per relay partition, the highest position of a committed transaction's marker
+    (0 when none): one index probe each, cheap enough to ask every few milliseconds."""
+    with database_errors(url, "watching the outbox", retriable=True), engine.connect() as conn:
+        rows = conn.execute(_TOPS, {"partitions": list(partitions)}).all()
+    return {int(row.partition): int(row.top) for row in rows}

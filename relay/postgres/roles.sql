@@ -30,13 +30,15 @@ $$;
 
 GRANT INSERT ON outbox TO outbox_writer;
 
-GRANT SELECT, DELETE ON outbox TO outbox_relay;
-GRANT SELECT ON outbox_settings, alembic_version TO outbox_relay;
+GRANT SELECT, DELETE ON outbox, outbox_commits TO outbox_relay;
+GRANT SELECT ON outbox_positions TO outbox_relay;
+GRANT EXECUTE ON FUNCTION outbox_horizon(integer) TO outbox_relay;
+GRANT SELECT ON outbox_settings, relay_alembic_version, relay_schema_compat TO outbox_relay;
 GRANT SELECT ON SEQUENCE outbox_seq TO outbox_relay;
-GRANT INSERT ON outbox_dead_letters TO outbox_relay;
+GRANT SELECT, INSERT ON outbox_dead_letters TO outbox_relay;
 GRANT SELECT ON outbox_identity TO outbox_relay;
 GRANT SELECT, INSERT, UPDATE ON outbox_published_floor TO outbox_relay;
 
-GRANT SELECT ON alembic_version TO outbox_mirror;
+GRANT SELECT ON relay_alembic_version, relay_schema_compat TO outbox_mirror;
 GRANT SELECT, INSERT, UPDATE ON mirror_offsets TO outbox_mirror;
 GRANT SELECT, INSERT ON mirror_dead_letters TO outbox_mirror;

@@ -79,7 +79,16 @@ def add_relay_flags(parser: argparse.ArgumentParser) -> None:
         dest="poll_interval_s",
         type=float,
         metavar="SECONDS",
-        help="pause when nothing is pending [RELAY_POLL_INTERVAL_S=0.5]",
+        help="with nothing pending, look again after this long at the latest "
+        "[RELAY_POLL_INTERVAL_S=0.5]",
+    )
+    group.add_argument(
+        "--commit-watch",
+        dest="commit_watch_s",
+        type=float,
+        metavar="SECONDS",
+        help="`relay run`: look for newly committed events this often, and publish them at "
+        "once [RELAY_COMMIT_WATCH_S=0.01]",
     )
     group.add_argument(
         "--retry-attempts",

@@ -72,6 +72,7 @@ class RelaySettings:
     batch_size: int = 5000
     batch_bytes: int = 16 * 1024 * 1024  # keys and values per Kafka transaction, at most
     poll_interval_s: float = 0.5
+    commit_watch_s: float = 0.01  # how often `relay run` looks for new commits
     cleanup: bool = True
     retry_attempts: int = 8
     position_refresh_s: float = 3600.0  # re-commit an idle partition's position this often
@@ -113,6 +114,7 @@ class RelaySettings:
             "batch_size": str(self.batch_size),
             "batch_bytes": str(self.batch_bytes),
             "poll_interval_s": str(self.poll_interval_s),
+            "commit_watch_s": str(self.commit_watch_s),
             "cleanup": str(self.cleanup),
             "retry_attempts": str(self.retry_attempts),
             "position_refresh_s": str(self.position_refresh_s),
@@ -192,6 +194,7 @@ def _relay_changes(source: SettingsSource) -> dict[str, Any]:
     found["batch_bytes"] = source.positive_int("batch_bytes")
     found["retry_attempts"] = source.positive_int("retry_attempts")
     found["poll_interval_s"] = source.positive_float("poll_interval_s")
+    found["commit_watch_s"] = source.positive_float("commit_watch_s")
     found["position_refresh_s"] = source.positive_float("position_refresh_s")
     found["cleanup"] = source.boolean("cleanup")
     return {name: value for name, value in found.items() if value is not None}

@@ -98,7 +98,10 @@ class PostgresHarness:
             relay.publish_many(conn, events)
         with self._engine.connect() as conn:
             rows = conn.execute(
-                sa.text("SELECT id, partition, seq FROM outbox WHERE id > :last ORDER BY id"),
+                sa.text(
+                    "SELECT id, partition, position AS seq FROM outbox_positions "
+                    "WHERE id > :last ORDER BY id"
+                ),
                 {"last": self._last_id},
             ).all()
         assert len(rows) == count
@@ -221,8 +224,8 @@ def test_dead_letter_moves_several_rows_at_once(outbox: OutboxHarness) -> None:
 
 
 def test_record_published_removes_the_rows_up_to_the_position(outbox: OutboxHarness) -> None:
-    rows = outbox.write(0, 4)
-    elsewhere = outbox.write(1, 2)
+    rows = [row for _ in range(4) for row in outbox.write(0, 1)]  # one per transaction
+    elsewhere = [row for _ in range(2) for row in outbox.write(1, 1)]
     source = outbox.source
     assert source.record_published(0, rows[1].seq, delete_rows=True) == 2
     assert list(source.fetch(0, 0, 100)) == rows[2:]
@@ -237,7 +240,7 @@ def test_record_published_removes_the_rows_up_to_the_position(outbox: OutboxHarn
 
 
 def test_record_published_raises_the_floor_and_never_lowers_it(outbox: OutboxHarness) -> None:
-    rows = outbox.write(0, 4)
+    rows = [row for _ in range(4) for row in outbox.write(0, 1)]  # one per transaction
     source = outbox.source
     assert source.published_floor(0) == 0
     assert source.record_published(0, rows[1].seq, delete_rows=False) == 0

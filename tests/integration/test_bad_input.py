@@ -31,7 +31,10 @@ LIMIT = 4000
 def _resize_to(env: RelayTestEnv, outbox_id: int, target: int) -> None:
     """Give row ``outbox_id`` a value that makes its one-record batch exactly ``target``
     bytes, headers (outbox id, seq, partition) included."""
-    (row,) = env.sql("SELECT id, partition, seq, topic, key FROM outbox WHERE id = :i", i=outbox_id)
+    (row,) = env.sql(
+        "SELECT id, partition, position, topic, key FROM outbox_positions WHERE id = :i",
+        i=outbox_id,
+    )
     record = OutboxRecord(
         int(row[0]), int(row[1]), int(row[2]), str(row[3]), bytes(row[4]), b"", None, ()
     )  # type: ignore[call-overload]

@@ -32,7 +32,7 @@ def test_services_and_relay_need_no_more_than_their_roles(
     writer.dispose()
     committed = {int(r[0]) for r in relay_env.sql("SELECT id FROM outbox")}  # type: ignore[call-overload]
     assert len(committed) == 50
-    assert relay_env.sql("SELECT count(*) FROM outbox WHERE seq IS NULL") == [(0,)]
+    assert relay_env.sql("SELECT count(*) FROM outbox_positions") == [(50,)]
 
     result = run_relay(relay_env, "run", "--once", RELAY_DATABASE_URL=login_roles["outbox_relay"])
     assert result.returncode == 0, result.stderr

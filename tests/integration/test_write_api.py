@@ -201,7 +201,7 @@ def test_the_event_commits_and_rolls_back_with_the_business_row(
     assert after == (([(7,)], [EXPECTED]) if commit else ([], []))
     if commit:
         assert decode_headers(after[1][0][4]) == (("trace", b"abc"), ("bin", b"\x00\xff"))
-        sequenced = run_sql(database, "SELECT count(*) FROM outbox WHERE seq IS NOT NULL")
+        sequenced = run_sql(database, "SELECT count(*) FROM outbox_positions")
         assert sequenced == [(1,)]
 
 
