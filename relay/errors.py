@@ -6,7 +6,8 @@ tool. The CLI (and a Spark job's driver) turns one into a single line on stderr 
 the driver's code.
 
 Exit codes: 1 a run failed (:class:`RelayError`), 2 configuration, 3 database, 4 Kafka,
-5 another instance owns the work (fenced, offset conflict).
+5 another instance owns the work (fenced, offset conflict), 6 a ``relay status`` check
+failed (its report is printed all the same).
 
 ::
 
@@ -29,6 +30,7 @@ Exit codes: 1 a run failed (:class:`RelayError`), 2 configuration, 3 database, 4
     ├── UndeliverableEventError        Kafka refuses rows for good: dead-letter them
     ├── DecodeError                    a record the mirror cannot map: dead-letter it
     ├── MirrorOffsetConflict (5)
+    ├── StatusCheckError (6)           `relay status --max-lag/--max-age` found a breach
     ├── FailpointError                 a test's failpoint fired
     ├── DevEnvError                    a development server failed
     └── ChaosError                     a chaos run could not reach a verdict
@@ -157,6 +159,14 @@ class GaveUpError(RelayError):
 
 class DecodeError(RelayError):
     """Why a Kafka record cannot be mapped to rows; becomes the dead letter's error text."""
+
+
+class StatusCheckError(RelayError):
+    """A ``relay status`` check failed: a relay partition has more rows pending than
+    ``--max-lag`` or an older pending row than ``--max-age``, or a mirror partition lags
+    more than ``--max-lag``. The message names each breach; the report was printed."""
+
+    exit_code = 6
 
 
 class FailpointError(RelayError):

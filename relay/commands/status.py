@@ -1,0 +1,230 @@
+"""``relay status``: where the outbox and the mirror stand, for operators and monitoring.
+
+Read-only: the positions are read as ``relay positions show`` reads them (a consumer that
+never joins the positions group and fences nothing), the database without taking a lock,
+and nothing is created (not even a missing positions topic). The checks
+(:func:`failed_checks`) are pure: ``--max-lag`` and ``--max-age`` against a report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, TypeVar
+
+from relay.commands.mirror import LagRow, lag_report
+from relay.commands.run import for_database, select_partitions
+from relay.errors import ConfigurationError, MigrationsNotAppliedError
+from relay.kafka.admin import admin_client, check_broker
+from relay.kafka.positions import read_positions
+from relay.kafka.record_stream import KafkaRecordStream
+from relay.postgres.engine import database_errors, make_engine
+from relay.postgres.migrations import SchemaRevision, schema_revision
+from relay.postgres.outbox_source import relay_partitions
+from relay.postgres.outbox_status import (
+    MirrorStoredOffset,
+    OutboxPartitionStatus,
+    mirror_stored_offsets,
+    outbox_status,
+)
+from relay.settings.loader import SettingsSource
+from relay.settings.mirror import MIRROR_ENV_PREFIX, MirrorSettings
+from relay.settings.relay import RelaySettings
+
+if TYPE_CHECKING:  # commands use the PostgreSQL adapter's engines, never SQLAlchemy itself
+    from sqlalchemy import Engine
+
+STATUS_ENV_PREFIX = "RELAY_STATUS_"
+OUTPUTS = ("text", "json")
+
+_Number = TypeVar("_Number", int, float)
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorPartitionStatus:
+    group: str
+    topic: str
+    partition: int
+    next_offset: int | None  # stored in mirror_offsets (None: nothing applied yet)
+    last_stable_offset: int
+    lag: int  # records (and transaction markers) committed in Kafka, not yet applied
+    dead_letters: int
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReport:
+    checked_at: datetime  # the database's clock, which the ages are measured with
+    schema: SchemaRevision
+    positions_group: str
+    outbox: tuple[OutboxPartitionStatus, ...]
+    mirror: tuple[MirrorPartitionStatus, ...]  # empty: no mirror given or stored
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorScope:
+    """Which mirror partitions to report: with ``settings`` (a mapping), every mapped
+    partition of its group (:func:`~relay.commands.mirror.lag_report`); without, the
+    partitions stored in mirror_offsets, of ``group`` and ``topics`` when given."""
+
+    settings: MirrorSettings | None = None
+    group: str | None = None
+    topics: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StatusOptions:
+    output: str = "text"  # one of OUTPUTS
+    max_lag: int | None = None  # pending rows per relay partition, records per mirror one
+    max_age_s: float | None = None  # the oldest pending row's age
+
+
+def status(
+    settings: RelaySettings,
+    partitions: Sequence[int] | None = None,
+    mirror: MirrorScope | None = None,
+) -> StatusReport:
+    """The report; raises like the other commands when a server cannot be reached or the
+    schema is one this package cannot run on."""
+    url = settings.database_url
+    engine = make_engine(url, pool_size=1, application_name="relay-status")
+    try:
+        with database_errors(url, "connecting"), engine.connect():
+            pass
+        schema = schema_revision(engine, url)
+        if (problem := schema.problem()) is not None:
+            raise MigrationsNotAppliedError(problem)
+        selected = select_partitions(partitions, relay_partitions(engine, url))
+        settings, _ = for_database(settings, engine)
+        check_broker(admin_client(settings.kafka), settings.kafka)
+        # Kafka first: a row published in between counts as pending, never the reverse.
+        found = read_positions(settings, selected)
+        checked_at, outbox = outbox_status(engine, url, {p: found[p].position for p in selected})
+        mirrored = _mirror_status(engine, settings, mirror or MirrorScope())
+    finally:
+        engine.dispose()
+    return StatusReport(checked_at, schema, settings.group, tuple(outbox), mirrored)
+
+
+def _mirror_status(
+    engine: Engine, settings: RelaySettings, scope: MirrorScope
+) -> tuple[MirrorPartitionStatus, ...]:
+    url = settings.database_url
+    if scope.settings is not None:
+        group = scope.settings.group
+        dead = {
+            (s.topic, s.partition): s.dead_letters
+            for s in mirror_stored_offsets(engine, url, group)
+        }
+        return tuple(
+            _mirror_row(group, row, dead.get((row.topic, row.partition), 0))
+            for row in lag_report(scope.settings)
+        )
+    stored = [
+        s
+        for s in mirror_stored_offsets(engine, url, scope.group)
+        if scope.topics is None or s.topic in scope.topics
+    ]
+    if not stored:
+        return ()
+    return tuple(
+        _mirror_row(s.group, LagRow(s.topic, s.partition, s.next_offset, stable), s.dead_letters)
+        for s, stable in zip(stored, _last_stable_offsets(settings, stored), strict=True)
+    )
+
+
+def _last_stable_offsets(
+    settings: RelaySettings, stored: Sequence[MirrorStoredOffset]
+) -> list[int]:
+    # A consumer that is never assigned or subscribed: its group id is not used.
+    stream = KafkaRecordStream(settings.kafka, stored[0].group)
+    try:
+        stable = stream.last_stable_offsets(sorted({(s.topic, s.partition) for s in stored}))
+    finally:
+        stream.close()
+    return [stable[(s.topic, s.partition)] for s in stored]
+
+
+def _mirror_row(group: str, row: LagRow, dead_letters: int) -> MirrorPartitionStatus:
+    return MirrorPartitionStatus(
+        group,
+        row.topic,
+        row.partition,
+        row.next_offset,
+        row.last_stable_offset,
+        row.lag,
+        dead_letters,
+    )
+
+
+def failed_checks(report: StatusReport, options: StatusOptions) -> list[str]:
+    """One line per breach of ``--max-lag`` or ``--max-age`` (none: every check passed)."""
+    failed: list[str] = []
+    max_lag, max_age = options.max_lag, options.max_age_s
+    for p in report.outbox:
+        if max_lag is not None and p.pending > max_lag:
+            rows = "row" if p.pending == 1 else "rows"
+            failed.append(
+                f"relay partition {p.partition}: {p.pending:,} {rows} pending "
+                f"> --max-lag {max_lag:,}"
+            )
+        age = p.oldest_pending_age_s
+        if max_age is not None and age is not None and age > max_age:
+            failed.append(
+                f"relay partition {p.partition}: oldest pending row is {age:,.0f} s old "
+                f"> --max-age {max_age:g}"
+            )
+    for m in report.mirror:
+        if max_lag is not None and m.lag > max_lag:
+            failed.append(
+                f"mirror {m.group} {m.topic}[{m.partition}]: lag {m.lag:,} > --max-lag {max_lag:,}"
+            )
+    return failed
+
+
+def load_status_options(
+    overrides: Mapping[str, object], environ: Mapping[str, str] | None = None
+) -> StatusOptions:
+    """``output``, ``max_lag`` and ``max_age_s`` from the flags, else ``RELAY_STATUS_*``."""
+    source = SettingsSource(overrides, environ, prefix=STATUS_ENV_PREFIX)
+    output = (source.text("output") or "text").strip().lower()
+    if output not in OUTPUTS:
+        raise ConfigurationError(
+            f"{source.env_name('output')} must be text or json, got {source.text('output')!r}"
+        )
+    return StatusOptions(
+        output,
+        _at_least_zero(source, "max_lag", int),
+        _at_least_zero(source, "max_age_s", float),
+    )
+
+
+def _at_least_zero(source: SettingsSource, name: str, kind: type[_Number]) -> _Number | None:
+    raw = source.raw(name)
+    if raw is None:
+        return None
+    try:
+        value = kind(str(raw))
+    except ValueError:
+        what = "a whole number" if kind is int else "a number of seconds"
+        raise ConfigurationError(f"{source.env_name(name)} must be {what}, got {raw!r}") from None
+    if value < 0:
+        raise ConfigurationError(f"{source.env_name(name)} must be 0 or more, got {value}")
+    return value
+
+
+def load_mirror_scope(
+    overrides: Mapping[str, object],
+    mirror_settings: Callable[[], MirrorSettings],
+    environ: Mapping[str, str] | None = None,
+) -> MirrorScope:
+    """With a mapping (``config``: ``--mapping``, ``RELAY_MIRROR_CONFIG``), the mirror's
+    settings as ``mirror_settings`` loads them; without, ``group`` and ``topics``
+    (``RELAY_MIRROR_GROUP``, ``RELAY_MIRROR_TOPICS``) filter mirror_offsets, when given."""
+    source = SettingsSource(overrides, environ, prefix=MIRROR_ENV_PREFIX)
+    if source.text("config"):
+        return MirrorScope(settings=mirror_settings())
+    topics = None
+    if raw_topics := source.text("topics"):
+        topics = tuple(t.strip() for t in raw_topics.split(",") if t.strip())
+    return MirrorScope(group=source.non_empty("group"), topics=topics)

@@ -1,0 +1,121 @@
+"""What ``relay status`` reads from the database: per relay partition the rows pending above
+a position, the last publish, the dead letters and the transactions holding it up; per
+mirrored Kafka partition the stored offset and the dead letters. Reads only: no lock is
+taken, so a running relay, mirror or writer never waits for it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Engine, text
+
+from relay.postgres.engine import database_errors
+from relay.postgres.outbox_source import HORIZON_BLOCKERS
+from relay.runtime.secrets import Secret
+
+# HORIZON_BLOCKERS: the holders of a relay partition's lock, named as in the relay's own
+# warning (one query for both; docs/operations.md, "A relay partition held up ...").
+
+_NOW = text("SELECT statement_timestamp()")
+# Rows of outbox_positions above each partition's position: pending (I2's positions).
+_OUTBOX = text(
+    """
+    SELECT s.p AS partition, s.after AS position, pending.n AS pending,
+           CASE WHEN pending.n > 0 THEN
+             greatest(0, extract(epoch FROM statement_timestamp() - pending.oldest))
+           END AS oldest_pending_age_s,
+           coalesce(f.position, 0) AS floor, f.updated_at AS last_publish,
+           (SELECT count(*) FROM outbox_dead_letters d WHERE d.partition = s.p)
+             AS dead_letters
+    FROM unnest(CAST(:partitions AS integer[]), CAST(:positions AS bigint[])) AS s(p, after)
+    CROSS JOIN LATERAL (
+      SELECT count(*) AS n, min(o.created_at) AS oldest
+      FROM outbox_positions o WHERE o.partition = s.p AND o.position > s.after
+    ) pending
+    LEFT JOIN outbox_published_floor f ON f.partition = s.p
+    ORDER BY s.p
+    """
+)
+_MIRROR = text(
+    """
+    SELECT o.consumer_group, o.topic, o.partition, o.next_offset,
+           (SELECT count(*) FROM mirror_dead_letters d
+            WHERE d.consumer_group = o.consumer_group AND d.topic = o.topic
+              AND d.partition = o.partition) AS dead_letters
+    FROM mirror_offsets o
+    WHERE CAST(:group AS text) IS NULL OR o.consumer_group = CAST(:group AS text)
+    ORDER BY o.consumer_group, o.topic, o.partition
+    """
+)
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxPartitionStatus:
+    partition: int
+    position: int  # committed in Kafka, as given (0: none)
+    pending: int  # rows of outbox_positions above ``position``
+    oldest_pending_age_s: float | None  # the oldest pending row's age (None: none pending)
+    floor: int  # recorded as published (outbox_published_floor; 0: never)
+    last_publish: datetime | None  # when the floor last rose (None: never)
+    dead_letters: int  # rows in outbox_dead_letters
+    held_up_by: tuple[str, ...]  # transactions holding the partition's lock (a snapshot)
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorStoredOffset:
+    group: str
+    topic: str
+    partition: int
+    next_offset: int
+    dead_letters: int  # rows in mirror_dead_letters
+
+
+def outbox_status(
+    engine: Engine, url: Secret, positions: Mapping[int, int]
+) -> tuple[datetime, list[OutboxPartitionStatus]]:
+    """The database's time and each relay partition of ``positions`` (partition ->
+    position committed in Kafka) as the database sees it."""
+    partitions = sorted(positions)
+    params = {"partitions": partitions, "positions": [positions[p] for p in partitions]}
+    with database_errors(url, "reading the outbox's status"), engine.connect() as conn:
+        now = conn.execute(_NOW).scalar_one()
+        rows = conn.execute(_OUTBOX, params).all()
+        holders = {
+            p: tuple(conn.execute(HORIZON_BLOCKERS, {"partition": p}).scalars()) for p in partitions
+        }
+    return now, [
+        OutboxPartitionStatus(
+            partition=int(row.partition),
+            position=int(row.position),
+            pending=int(row.pending),
+            oldest_pending_age_s=(
+                None if row.oldest_pending_age_s is None else float(row.oldest_pending_age_s)
+            ),
+            floor=int(row.floor),
+            last_publish=row.last_publish,
+            dead_letters=int(row.dead_letters),
+            held_up_by=holders[int(row.partition)],
+        )
+        for row in rows
+    ]
+
+
+def mirror_stored_offsets(
+    engine: Engine, url: Secret, group: str | None = None
+) -> list[MirrorStoredOffset]:
+    """Every row of mirror_offsets (of ``group``; None: of every group) with its dead
+    letters."""
+    with database_errors(url, "reading mirror_offsets"), engine.connect() as conn:
+        rows = conn.execute(_MIRROR, {"group": group}).all()
+    return [
+        MirrorStoredOffset(
+            str(row.consumer_group),
+            str(row.topic),
+            int(row.partition),
+            int(row.next_offset),
+            int(row.dead_letters),
+        )
+        for row in rows
+    ]
