@@ -10,8 +10,9 @@ for any pending transactional offset commit instead of returning a stale one.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import partial
+from operator import attrgetter
 
 from confluent_kafka import KafkaError as LibKafkaError
 from confluent_kafka import KafkaException, Message, Producer, TopicPartition
@@ -26,7 +27,7 @@ from relay.errors import (
 from relay.kafka.admin import admin_client
 from relay.kafka.errors import kafka_reason, lib_error, translate
 from relay.kafka.positions import committed_position, positions_consumer
-from relay.kafka.topics import TOPIC_MISSING, TopicGuard
+from relay.kafka.topics import TOPIC_MISSING, TopicGuard, headers_bound
 from relay.publishing.types import CommittedPosition, OutboxRecord, PositionOwner
 from relay.runtime.logs import LIBRDKAFKA_LOGGER
 from relay.settings.relay import RelaySettings
@@ -48,15 +49,48 @@ _RECORD_REFUSED = frozenset(
 
 
 def record_headers(record: OutboxRecord) -> list[tuple[str, str | bytes | None]]:
+    """The headers of ``record``'s Kafka record: the relay's own, then the event's."""
     headers: list[tuple[str, str | bytes | None]] = [
-        ("outbox-id", str(record.id).encode()),
-        ("outbox-seq", str(record.seq).encode()),
-        ("outbox-partition", str(record.partition).encode()),
+        ("outbox-id", b"%d" % record.id),
+        ("outbox-seq", b"%d" % record.seq),
+        ("outbox-partition", b"%d" % record.partition),
     ]
     if record.event_type is not None:
         headers.append(("event-type", record.event_type.encode()))
-    headers.extend(record.headers)
+    if record.headers:
+        headers += record.headers
     return headers
+
+
+# headers_bound() of the relay's own headers with empty values.
+_OWN_HEADERS_BOUND = headers_bound(
+    [(name, None) for name in ("outbox-id", "outbox-seq", "outbox-partition", "event-type")]
+)
+_ID = attrgetter("id")
+_SEQ = attrgetter("seq")
+_PARTITION = attrgetter("partition")
+_EVENT_TYPE = attrgetter("event_type")
+_HEADERS = attrgetter("headers")
+
+
+def _digits(numbers: Iterable[int]) -> int:
+    """At least the length of ``b"%d" % n`` of every n of ``numbers``."""
+    return len(b"%d" % max(map(abs, numbers), default=0)) + 1  # + a minus sign
+
+
+def batch_headers_bound(records: Sequence[OutboxRecord]) -> int:
+    """At least ``headers_bound(record_headers(r))`` of every record r of ``records``,
+    found without building their headers."""
+    event_types = set(map(_EVENT_TYPE, records))
+    event_types.discard(None)
+    return (
+        _OWN_HEADERS_BOUND
+        + _digits(map(_ID, records))
+        + _digits(map(_SEQ, records))
+        + _digits(map(_PARTITION, records))
+        + max((len(event_type.encode()) for event_type in event_types), default=0)
+        + max(map(headers_bound, filter(None, map(_HEADERS, records))), default=0)
+    )
 
 
 class KafkaTransactionalPublisher:
@@ -76,6 +110,8 @@ class KafkaTransactionalPublisher:
                 {
                     **{"linger.ms": "20", "batch.num.messages": "10000"},
                     **base,
+                    # Only a failed delivery calls on_delivery: a success needs nothing.
+                    "delivery.report.only.error": True,
                     "transactional.id": settings.transactional_id(partition),
                     "enable.idempotence": True,
                     "acks": "all",
@@ -130,31 +166,32 @@ class KafkaTransactionalPublisher:
             self._delivery_error = err
 
     def send(self, records: Sequence[OutboxRecord]) -> None:
-        headers = {r.id: record_headers(r) for r in records}
-        check = self._topics.check(records, headers)
+        check = self._topics.check(
+            records, record_headers, batch_headers_bound(records), self._batch_bytes
+        )
         if check.refused:
             raise self._refused_error(check.refused)
         # The broker applies max.message.bytes to a whole record batch. For a topic whose
         # limit is below the producer's batch.size, flush before a batch could outgrow it.
-        small_limits = self._small_limits(records)
+        small_limits = check.small_limits
         pending: dict[str, int] = {}
-        produce = self._producer.produce
+        produce, on_delivery = self._producer.produce, self._on_delivery
         for record in records:
-            limit = small_limits.get(record.topic)
-            if limit is not None:
-                size = check.sizes[record.id]  # measured by check(): the topic has a limit
+            if small_limits and (limit := small_limits.get(record.topic)) is not None:
+                size = check.sizes[record.id]  # measured by check(): the limit is small
                 if pending.get(record.topic, 0) + size > limit:
                     self._producer.flush(self._timeout)
                     pending.clear()
                 pending[record.topic] = pending.get(record.topic, 0) + size
+            headers = record_headers(record)
             while True:
                 try:
                     produce(
                         record.topic,
-                        value=record.value,
-                        key=record.key,
-                        headers=headers[record.id],
-                        on_delivery=self._on_delivery,
+                        record.value,
+                        record.key,
+                        headers=headers,
+                        on_delivery=on_delivery,
                     )
                     break
                 except BufferError:
@@ -170,15 +207,6 @@ class KafkaTransactionalPublisher:
             ids,
             refused[ids[0]],
         )
-
-    def _small_limits(self, records: Sequence[OutboxRecord]) -> dict[str, int]:
-        """max.message.bytes of the batch's topics whose limit is below batch.size."""
-        return {
-            topic: limit
-            for topic in {r.topic for r in records}
-            if (limit := self._topics.max_message_bytes(topic)) is not None
-            and limit < self._batch_bytes
-        }
 
     def _produce_error(self, exc: KafkaException, record: OutboxRecord) -> Exception:
         err = lib_error(exc)

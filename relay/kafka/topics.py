@@ -9,8 +9,9 @@ exactly that row to the dead-letter table instead of failing the batch for ever.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from operator import attrgetter
 
 from confluent_kafka import KafkaError as LibKafkaError
 from confluent_kafka import KafkaException, Producer
@@ -33,6 +34,20 @@ TOPIC_MISSING = frozenset(
 )
 # Record batch v2: the batch header, and a record's fixed attribute byte.
 _BATCH_OVERHEAD = 61
+_VARINT_MAX = 10  # bytes of the longest varint of a 64-bit value
+RECORD_BOUND_OVERHEAD = _BATCH_OVERHEAD + 3 + 4 * _VARINT_MAX
+"""With :func:`headers_bound`, an upper bound of :func:`single_record_batch_size`::
+
+    single_record_batch_size(key, value, headers)
+        <= RECORD_BOUND_OVERHEAD + len(key or b"") + len(value or b"") + headers_bound(headers)
+
+(the record's length varint, its three one-byte fields, and the varints of the key, the
+value and the header count, each counted at its longest)."""
+_HEADER_BOUND_OVERHEAD = 2 * _VARINT_MAX  # a header's two length varints, at their longest
+
+_TOPIC = attrgetter("topic")
+_KEY = attrgetter("key")
+_VALUE = attrgetter("value")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +62,10 @@ class BatchCheck:
 
     refused: dict[int, str]
     """Outbox ids the topics can never accept, with the reason."""
+    small_limits: dict[str, int]
+    """max.message.bytes of the batch's topics whose limit is below ``measure_below``."""
     sizes: dict[int, int]
-    """:func:`single_record_batch_size` of each record whose topic has a known limit."""
+    """:func:`single_record_batch_size` of each record of a topic in ``small_limits``."""
 
 
 def _varint_size(value: int) -> int:
@@ -61,6 +78,12 @@ def _varint_size(value: int) -> int:
 
 
 HeaderList = Sequence[tuple[str, str | bytes | None]]
+
+
+def _byte_length(data: str | bytes | None) -> int:
+    if data is None:
+        return 0
+    return len(data.encode()) if isinstance(data, str) else len(data)
 
 
 def _field_size(data: str | bytes | None) -> int:
@@ -77,6 +100,80 @@ def single_record_batch_size(key: bytes | None, value: bytes | None, headers: He
     for name, data in headers:
         body += _field_size(name) + _field_size(data)
     return _BATCH_OVERHEAD + _varint_size(body) + body
+
+
+def headers_bound(headers: HeaderList) -> int:
+    """What ``headers`` add at most to a record's :func:`single_record_batch_size`
+    (see :data:`RECORD_BOUND_OVERHEAD`)."""
+    return sum(
+        _HEADER_BOUND_OVERHEAD + _byte_length(name) + _byte_length(data) for name, data in headers
+    )
+
+
+def _longest(items: Iterable[bytes | None]) -> int:
+    return max(map(len, filter(None, items)), default=0)
+
+
+@dataclass(slots=True)
+class _Measure:
+    """How one :meth:`TopicGuard.check` measures its batch."""
+
+    headers_of: Callable[[OutboxRecord], HeaderList]
+    overhead: int
+    """RECORD_BOUND_OVERHEAD plus the headers bound of every record of the batch."""
+    measure_below: int
+    sizes: dict[int, int] = field(default_factory=dict)
+
+    def exact(self, record: OutboxRecord) -> int:
+        return single_record_batch_size(record.key, record.value, self.headers_of(record))
+
+    def watched(self, records: Sequence[OutboxRecord], limits: dict[str, TopicLimits]) -> set[str]:
+        """The topics whose records must be looked at one by one: the batch as a whole may
+        hold a record they refuse (a null key for a compacted topic, a size bound above
+        the limit), or their limit is below ``measure_below``."""
+        watched: set[str] = set()
+        keys: list[bytes | None] | None = None
+        largest: int | None = None  # the size bound of the batch's largest record
+        for topic, found in limits.items():
+            if found.compacted:
+                keys = list(map(_KEY, records)) if keys is None else keys
+                if None in keys:
+                    watched.add(topic)
+                    continue
+            limit = found.max_message_bytes
+            if limit is None:
+                continue
+            if largest is None:
+                keys = list(map(_KEY, records)) if keys is None else keys
+                largest = self.overhead + _longest(keys) + _longest(map(_VALUE, records))
+            if limit < self.measure_below or largest > limit:
+                watched.add(topic)
+        return watched
+
+    def refusal(self, record: OutboxRecord, limits: TopicLimits) -> str | None:
+        """Why the topic can never accept ``record``, or None. Measures the record exactly
+        where its size bound exceeds the limit, or the limit is below ``measure_below``
+        (then into ``sizes``)."""
+        if limits.compacted and record.key is None:
+            return f"topic {record.topic} is compacted and the event has no key"
+        limit = limits.max_message_bytes
+        if limit is None:
+            return None
+        small = limit < self.measure_below
+        if not small:
+            key, value = record.key, record.value
+            bound = self.overhead + (0 if key is None else len(key))
+            if bound + (0 if value is None else len(value)) <= limit:
+                return None
+        size = self.exact(record)
+        if small:
+            self.sizes[record.id] = size
+        if size <= limit:
+            return None
+        return (
+            f"{size} bytes exceed max.message.bytes={limit} "
+            f"of topic {record.topic} (MSG_SIZE_TOO_LARGE)"
+        )
 
 
 class TopicGuard:
@@ -98,11 +195,6 @@ class TopicGuard:
         self._timeout = timeout
         self._limits: dict[str, TopicLimits] = {}
 
-    def max_message_bytes(self, topic: str) -> int | None:
-        """The topic's limit, once :meth:`check` has looked it up."""
-        limits = self._limits.get(topic)
-        return None if limits is None else limits.max_message_bytes
-
     def forget(self, topic: str) -> None:
         self._limits.pop(topic, None)
 
@@ -112,49 +204,52 @@ class TopicGuard:
         self._limits.clear()
 
     def check(
-        self, records: Sequence[OutboxRecord], headers_of: Mapping[int, HeaderList]
+        self,
+        records: Sequence[OutboxRecord],
+        headers_of: Callable[[OutboxRecord], HeaderList],
+        headers_max: int,
+        measure_below: int,
     ) -> BatchCheck:
-        """The records the topics can never accept, and the sizes measured to find them.
-        Raises TopicMissingError when a topic does not exist."""
-        refused: dict[int, str] = {}
-        sizes: dict[int, int] = {}
+        """The records the topics can never accept, and the limits of the topics whose
+        max.message.bytes is below ``measure_below`` with the exact size of their records.
+        Raises TopicMissingError when a topic does not exist.
+
+        ``headers_of`` gives a record's headers; ``headers_max`` is at least
+        :func:`headers_bound` of the headers of every record. Records are measured
+        exactly only near their topic's limit: a batch whose largest record is bound to
+        fit every limit is checked as a whole."""
         fresh: set[str] = set()  # topics whose limits were read during this check
-        for record in records:
-            limits = self._limits.get(record.topic)
-            if limits is None:
-                limits = self._load(record.topic, records)
-                fresh.add(record.topic)
-            reason = self._refusal(record, limits, headers_of, sizes)
-            if reason is not None and record.topic not in fresh:
+        limits: dict[str, TopicLimits] = {}
+        for topic in dict.fromkeys(map(_TOPIC, records)):  # in order of first appearance
+            found = self._limits.get(topic)
+            if found is None:
+                found = self._load(topic, records)
+                fresh.add(topic)
+            limits[topic] = found
+        measure = _Measure(headers_of, RECORD_BOUND_OVERHEAD + headers_max, measure_below)
+        watched = measure.watched(records, limits)
+        refused: dict[int, str] = {}
+        for record in records if watched else ():
+            topic = record.topic
+            if topic not in watched:
+                continue
+            reason = measure.refusal(record, limits[topic])
+            if reason is not None and topic not in fresh:
                 # Refuse for good only on limits read now: the topic may accept more since.
-                limits = self._load(record.topic, records)
-                fresh.add(record.topic)
-                reason = self._refusal(record, limits, headers_of, sizes)
+                limits[topic] = self._load(topic, records)
+                fresh.add(topic)
+                reason = measure.refusal(record, limits[topic])
             if reason is not None:
                 refused[record.id] = reason
-        return BatchCheck(refused, sizes)
-
-    @staticmethod
-    def _refusal(
-        record: OutboxRecord,
-        limits: TopicLimits,
-        headers_of: Mapping[int, HeaderList],
-        sizes: dict[int, int],
-    ) -> str | None:
-        """Why the topic can never accept ``record``, or None; measures the record (into
-        ``sizes``) only where the topic has a size limit."""
-        if limits.compacted and record.key is None:
-            return f"topic {record.topic} is compacted and the event has no key"
-        if limits.max_message_bytes is None:
-            return None
-        size = single_record_batch_size(record.key, record.value, headers_of[record.id])
-        sizes[record.id] = size
-        if size <= limits.max_message_bytes:
-            return None
-        return (
-            f"{size} bytes exceed max.message.bytes={limits.max_message_bytes} "
-            f"of topic {record.topic} (MSG_SIZE_TOO_LARGE)"
-        )
+        small_limits = {
+            topic: limit
+            for topic, found in limits.items()
+            if (limit := found.max_message_bytes) is not None and limit < measure_below
+        }
+        for record in records if small_limits else ():
+            if record.topic in small_limits and record.id not in measure.sizes:
+                measure.sizes[record.id] = measure.exact(record)  # its limits were read again
+        return BatchCheck(refused, small_limits, measure.sizes)
 
     def _load(self, topic: str, records: Sequence[OutboxRecord]) -> TopicLimits:
         try:

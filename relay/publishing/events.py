@@ -89,6 +89,8 @@ def decode_headers(stored: object) -> tuple[tuple[str, bytes], ...]:
         raise InvalidEventError(
             f"headers must be a JSON array of [name, base64 value] pairs, got {_shown(stored)}"
         )
+    if not stored:
+        return ()  # most rows: no headers of the event's own
     decoded: list[tuple[str, bytes]] = []
     for pair in stored:
         if (
@@ -105,7 +107,8 @@ def decode_headers(stored: object) -> tuple[tuple[str, bytes], ...]:
         if is_reserved_header(name):
             raise InvalidEventError(f"header {name!r} is set by the relay itself")
         try:
-            decoded.append((name, base64.b64decode(value, validate=True)))
+            # base64.b64decode(value, validate=True) without its wrapper
+            decoded.append((name, binascii.a2b_base64(value, strict_mode=True)))
         except (binascii.Error, ValueError):
             raise InvalidEventError(f"header {name!r}: its value is not base64") from None
     return tuple(decoded)

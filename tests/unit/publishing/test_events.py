@@ -13,6 +13,11 @@ def test_encoded_headers_decode_to_the_same_bytes() -> None:
     stored = encode_headers({"trace": "abc", "bin": b"\x00\xff"})
     assert decode_headers(stored) == (("trace", b"abc"), ("bin", b"\x00\xff"))
     assert decode_headers([]) == ()
+    assert decode_headers([["a", "YWJj"], ["b", ""], ["a", "/w=="]]) == (
+        ("a", b"abc"),
+        ("b", b""),
+        ("a", b"\xff"),
+    )
 
 
 @pytest.mark.parametrize(
@@ -25,6 +30,12 @@ def test_encoded_headers_decode_to_the_same_bytes() -> None:
         ([["trace", 1]], "[name, base64 value] pair"),
         ([["", "YQ=="]], "[name, base64 value] pair"),
         ([["trace", "!!"]], "not base64"),
+        ([["trace", "YQ"]], "not base64"),  # padding missing
+        ([["trace", "YQ==\n"]], "not base64"),
+        ([["trace", "Y Q=="]], "not base64"),
+        ([["trace", "YQ==YQ=="]], "not base64"),  # data after the padding
+        ([["trace", "w6k=é"]], "not base64"),
+        ([[], ["trace", "YQ=="]], "[name, base64 value] pair"),
         ([["outbox-id", "MQ=="]], "set by the relay itself"),
         ([["outbox-anything", "MQ=="]], "set by the relay itself"),
         ([["event-type", "MQ=="]], "set by the relay itself"),
