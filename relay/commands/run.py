@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from functools import partial
 from typing import TYPE_CHECKING
 
 from relay.commands.commit_watch import CommitWatch
-from relay.errors import ConfigurationError, RetriableError
+from relay.errors import ConfigurationError, ProducerFencedError, RetriableError
 from relay.kafka.admin import admin_client, check_broker, ensure_positions_topic
 from relay.kafka.publisher import KafkaTransactionalPublisher
 from relay.postgres.engine import database_errors, make_engine
@@ -25,11 +25,14 @@ from relay.postgres.outbox_source import (
     relay_partitions,
     stranded_rows,
 )
-from relay.publishing.partition_relay import PartitionRelay
+from relay.postgres.outbox_status import outbox_status
+from relay.publishing.partition_relay import PartitionRelay, RelayObserver
 from relay.publishing.types import DrainResult, PositionOwner
 from relay.runtime.clock import Clock, SystemClock
 from relay.runtime.failpoints import Failpoints
+from relay.runtime.metrics import Backlog, OutboxMetrics
 from relay.runtime.retry import RetryPolicy
+from relay.runtime.secrets import Secret
 from relay.runtime.summary import RunSummary
 from relay.settings.relay import RelaySettings
 
@@ -91,6 +94,7 @@ def build_partition_relay(
     *,
     retry: RetryPolicy | None = None,
     clock: Clock | None = None,
+    observer: RelayObserver | None = None,
 ) -> PartitionRelay:
     """``settings`` and ``owner`` as :func:`for_database` returns them."""
     return PartitionRelay(
@@ -104,6 +108,7 @@ def build_partition_relay(
         retry=retry,
         clock=clock,
         failpoints=Failpoints.from_env(),
+        observer=observer,
     )
 
 
@@ -131,19 +136,29 @@ class ProcessRelay:
         partitions: Sequence[int] | None = None,
         *,
         clock: Clock | None = None,
+        metrics: OutboxMetrics | None = None,
     ) -> None:
         self._settings = settings
         self._requested = partitions
         self._clock = clock or SystemClock()
         self.stop_event = threading.Event()
+        self.metrics = metrics or OutboxMetrics()
 
     def run(self, once: bool) -> RunSummary[DrainResult]:
-        engine = make_engine(self._settings.database_url, pool_size=4)
+        engine = make_engine(self._settings.database_url, pool_size=1)
         try:
             count = check_environment(self._settings, engine)
             partitions = select_partitions(self._requested, count)
             log.info("relaying partitions %s (%s)", partitions, "once" if once else "continuously")
             settings, owner = for_database(self._settings, engine)
+        finally:
+            engine.dispose()
+        # A connection for each partition and for the commit watch, kept open: opening one
+        # per checkout cost ~10 ms a batch. No ping per checkout: a broken connection is a
+        # RetriableError, and the batch is retried.
+        engine = make_engine(settings.database_url, pool_size=len(partitions) + 1, pre_ping=False)
+        try:
+            self.metrics.expect(partitions, partial(backlog, engine, settings.database_url))
             return self._run_partitions(settings, owner, engine, partitions, once)
         finally:
             engine.dispose()
@@ -203,13 +218,23 @@ class ProcessRelay:
         watch: CommitWatch,
     ) -> DrainResult:
         relay = build_partition_relay(
-            settings, owner, partition, engine, retry=retry, clock=self._clock
+            settings,
+            owner,
+            partition,
+            engine,
+            retry=retry,
+            clock=self._clock,
+            observer=self.metrics,
         )
         try:
             if once:
                 return relay.drain(self.stop_event)
             return self._follow(relay, watch)
+        except ProducerFencedError:
+            self.metrics.fenced(partition)
+            raise
         finally:
+            self.metrics.stopped(partition)
             relay.close()
 
     def _follow(self, relay: PartitionRelay, watch: CommitWatch) -> DrainResult:
@@ -219,6 +244,7 @@ class ProcessRelay:
                 break
             except RetriableError as exc:
                 log.warning("relay partition %d: start-up failed (%s)", relay.partition, exc)
+                self.metrics.retrying(relay.partition)
                 if self._clock.wait(self._settings.poll_interval_s * 4, self.stop_event):
                     return DrainResult(relay.partition, 0, 0, 0)
         records = batches = 0
@@ -238,6 +264,13 @@ class ProcessRelay:
                 result.records,
             )
         return DrainResult(relay.partition, records, batches, relay.position)
+
+
+def backlog(engine: Engine, url: Secret, positions: Mapping[int, int]) -> dict[int, Backlog]:
+    """Per relay partition, the rows pending above its position and the dead letters (the
+    query of `relay status`; the metrics ask it at most every 10 s)."""
+    _, found = outbox_status(engine, url, positions)
+    return {row.partition: Backlog(row.pending, row.dead_letters) for row in found}
 
 
 def plan_relay_job(settings: RelaySettings, requested: Sequence[int] | None) -> list[int]:

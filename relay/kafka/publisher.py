@@ -108,7 +108,11 @@ class KafkaTransactionalPublisher:
         try:
             self._producer = Producer(
                 {
-                    **{"linger.ms": "20", "batch.num.messages": "10000"},
+                    # retry.backoff.ms: right after a commit, the next transaction's
+                    # send_offsets_to_transaction is refused (CONCURRENT_TRANSACTIONS) until
+                    # the broker has written the markers; librdkafka's default back-off
+                    # (100 ms) then added ~100 ms to every batch.
+                    **{"linger.ms": "20", "batch.num.messages": "10000", "retry.backoff.ms": "10"},
                     **base,
                     # Only a failed delivery calls on_delivery: a success needs nothing.
                     "delivery.report.only.error": True,
