@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -12,7 +13,7 @@ from sqlalchemy import Connection, Engine, text
 from relay.errors import ConfigurationError, InvalidEventError
 from relay.postgres.engine import database_errors
 from relay.publishing.events import decode_headers
-from relay.publishing.types import OutboxIdentity, OutboxRecord
+from relay.publishing.types import Headers, OutboxIdentity, OutboxRecord
 from relay.runtime.secrets import Secret
 
 # Committed rows of a relay partition in position order (I2, docs/invariants.md): rows
@@ -20,7 +21,7 @@ from relay.runtime.secrets import Secret
 # of their transaction's marker in outbox_commits.
 _FETCH = text(
     """
-    SELECT r.id, r.seq, r.topic, r.key, r.value, r.event_type, r.headers
+    SELECT r.id, r.seq, r.topic, r.key, r.value, r.event_type, r.headers::text
     FROM (
       SELECT o.id, o.seq, o.topic, o.key, o.value, o.event_type, o.headers
       FROM outbox o
@@ -181,24 +182,17 @@ class PostgresOutboxSource:
             rows = conn.execute(_FETCH, params).all()
         records: list[OutboxRecord] = []
         unreadable: dict[int, str] = {}
-        for row in rows:
-            try:
-                headers = decode_headers(row.headers)
-            except InvalidEventError as exc:
-                unreadable[row.id] = str(exc)
-                continue
-            records.append(
-                OutboxRecord(
-                    id=row.id,
-                    partition=partition,
-                    seq=row.seq,
-                    topic=row.topic,
-                    key=row.key,
-                    value=row.value,
-                    event_type=row.event_type,
-                    headers=headers,
-                )
-            )
+        append = records.append
+        for outbox_id, seq, topic, key, value, event_type, headers_json in rows:
+            if headers_json == "[]":  # most rows: no headers of the event's own
+                headers: Headers = ()
+            else:
+                try:
+                    headers = decode_headers(json.loads(headers_json))
+                except InvalidEventError as exc:
+                    unreadable[outbox_id] = str(exc)
+                    continue
+            append(OutboxRecord(outbox_id, partition, seq, topic, key, value, event_type, headers))
         if unreadable:
             self._dead_letter_unreadable(partition, unreadable)
         return records
