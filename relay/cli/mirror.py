@@ -10,8 +10,10 @@ from typing import Any
 from relay.cli.signals import stop_on_signals
 from relay.commands.mirror import MirrorService, lag_report
 from relay.mirroring.types import MirrorSummary
+from relay.runtime.metrics import serving
 from relay.settings.flags import (
     add_connection_flags,
+    add_metrics_flags,
     add_mirror_flags,
     add_once_flag,
     mirror_settings_from_args,
@@ -33,6 +35,7 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
     )
     add_connection_flags(parser)
     add_mirror_flags(parser)
+    add_metrics_flags(parser)
     parser.set_defaults(handler=_mirror)
 
 
@@ -50,7 +53,8 @@ def _mirror(args: argparse.Namespace) -> int:
     log.info("starting mirror: %s", settings.describe())
     service = MirrorService(settings)
     stop_on_signals(service.stop_event.set, "applying what is fetched, then stopping")
-    summary = service.run(once=args.once)
+    with serving(service.metrics, settings.relay.metrics_host, settings.relay.metrics_port):
+        summary = service.run(once=args.once)
     print(describe_summary(summary))
     return 0
 

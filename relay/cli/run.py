@@ -8,8 +8,10 @@ from typing import Any
 
 from relay.cli.signals import stop_on_signals
 from relay.commands.run import ProcessRelay
+from relay.runtime.metrics import serving
 from relay.settings.flags import (
     add_connection_flags,
+    add_metrics_flags,
     add_once_flag,
     add_relay_flags,
     relay_settings_from_args,
@@ -25,6 +27,7 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
     add_once_flag(parser, "publish everything committed when it started")
     add_connection_flags(parser)
     add_relay_flags(parser)
+    add_metrics_flags(parser)
     parser.set_defaults(handler=_run)
 
 
@@ -33,7 +36,8 @@ def _run(args: argparse.Namespace) -> int:
     log.info("starting: %s", settings.describe())
     relay = ProcessRelay(settings, args.partitions)
     stop_on_signals(relay.stop_event.set)
-    summary = relay.run(once=args.once)
+    with serving(relay.metrics, settings.metrics_host, settings.metrics_port):
+        summary = relay.run(once=args.once)
     log.info(
         "published %d records (%s)",
         summary.total("records"),

@@ -19,7 +19,7 @@ from relay.errors import ConfigurationError, KafkaError
 from relay.kafka.admin import admin_client, check_broker, topic_partitions
 from relay.kafka.record_stream import KafkaRecordStream
 from relay.mirroring.applier import Applier
-from relay.mirroring.loop import MirrorLoop
+from relay.mirroring.loop import LoopObserver, MirrorLoop
 from relay.mirroring.mapping import MirrorMapping, load_mapping
 from relay.mirroring.types import MirrorSummary, PartitionStats, ResolvedTable, TopicPartitionKey
 from relay.postgres.engine import database_errors, make_engine
@@ -28,6 +28,7 @@ from relay.postgres.mirror_catalog import resolve_tables
 from relay.postgres.mirror_store import PostgresMirrorStore, group_offsets
 from relay.runtime.clock import Clock, SystemClock
 from relay.runtime.failpoints import Failpoints
+from relay.runtime.metrics import MirrorMetrics
 from relay.runtime.retry import RetryPolicy
 from relay.settings.mirror import MirrorSettings
 
@@ -136,6 +137,7 @@ def _loop(
     targets: dict[TopicPartitionKey, int] | None,
     retry: RetryPolicy,
     clock: Clock,
+    observer: LoopObserver | None = None,
 ) -> MirrorLoop:
     store = PostgresMirrorStore(
         engine, settings.relay.database_url, settings.group, tables, reflected
@@ -149,6 +151,7 @@ def _loop(
         targets=targets,
         retry=retry,
         clock=clock,
+        observer=observer,
     )
 
 
@@ -156,17 +159,26 @@ class MirrorService:
     """``relay mirror``: continuously in the consumer group, or ``once`` up to the last
     stable offsets of every mapped partition as of the start."""
 
-    def __init__(self, settings: MirrorSettings, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        settings: MirrorSettings,
+        *,
+        clock: Clock | None = None,
+        metrics: MirrorMetrics | None = None,
+    ) -> None:
         self._settings = settings
         self._clock = clock or SystemClock()
         self.stop_event = threading.Event()
+        self.metrics = metrics or MirrorMetrics()
 
     def run(self, once: bool) -> MirrorSummary:
         engine = _engine(self._settings)
-        stream = None
+        stream = stable = None
         try:
             prepared = prepare(self._settings, engine)
             stream = KafkaRecordStream(self._settings.relay.kafka, self._settings.group)
+            if self._settings.relay.metrics_port is not None:  # the lag's, asked at scrape time
+                stable = KafkaRecordStream(self._settings.relay.kafka, self._settings.group)
             targets = (
                 targets_for(engine, self._settings, stream, prepared.partitions) if once else None
             )
@@ -178,6 +190,7 @@ class MirrorService:
                 targets=targets,
                 retry=RetryPolicy() if once else RetryPolicy(max_attempts=None),
                 clock=self._clock,
+                observer=self.metrics,
             )
             if targets is not None:
                 log.info("mirroring %d partitions up to their last stable offsets", len(targets))
@@ -189,10 +202,13 @@ class MirrorService:
                     self._settings.group,
                 )
                 stream.subscribe(prepared.mapping.topics, loop)
+            self.metrics.started(None if stable is None else stable.last_stable_offsets)
             return loop.run(stream, self.stop_event)
         finally:
-            if stream is not None:
-                stream.close()
+            self.metrics.stopped()
+            for consumer in (stream, stable):
+                if consumer is not None:
+                    consumer.close()
             engine.dispose()
 
 

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from relay.errors import (
     GaveUpError,
@@ -46,6 +46,49 @@ from relay.runtime.summary import RunSummary
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+class LoopObserver(Protocol):
+    """Told what the loop does, for metrics and readiness
+    (relay.runtime.metrics.MirrorMetrics); it changes nothing the loop does."""
+
+    def positioned(self, offsets: Mapping[TopicPartitionKey, int | None]) -> None:
+        """These partitions are this loop's, at these stored offsets (None: nothing
+        stored): on assignment, and after an offset conflict."""
+
+    def revoked(self, partitions: Sequence[TopicPartitionKey]) -> None:
+        """These partitions are no longer this loop's."""
+
+    def applied(
+        self, tp: TopicPartitionKey, records: int, dead_letters: int, next_offset: int
+    ) -> None:
+        """A batch committed: ``records`` applied, ``dead_letters`` dead-lettered."""
+
+    def retrying(self) -> None:
+        """A database call failed with a transient error, or a batch waits for a record
+        to heal; either is tried again."""
+
+    def resumed(self) -> None:
+        """A database call succeeded after failing."""
+
+
+class _Unobserved:
+    def positioned(self, offsets: Mapping[TopicPartitionKey, int | None]) -> None:
+        pass
+
+    def revoked(self, partitions: Sequence[TopicPartitionKey]) -> None:
+        pass
+
+    def applied(
+        self, tp: TopicPartitionKey, records: int, dead_letters: int, next_offset: int
+    ) -> None:
+        pass
+
+    def retrying(self) -> None:
+        pass
+
+    def resumed(self) -> None:
+        pass
 
 
 @dataclass(slots=True)
@@ -84,6 +127,7 @@ class MirrorLoop:
         clock: Clock | None = None,
         progress_every_s: float = 30.0,
         record_retries: int = 10,
+        observer: LoopObserver | None = None,
     ) -> None:
         self._applier = applier
         self._store = store
@@ -94,6 +138,7 @@ class MirrorLoop:
         self._clock = clock or SystemClock()
         self._progress_every_s = progress_every_s
         self._record_retries = record_retries
+        self._observer = observer or _Unobserved()
         self._cursors: dict[TopicPartitionKey, _Cursor] = {}
         self._stats: dict[TopicPartitionKey, PartitionStats] = {}
         self._stream: RecordStream | None = None
@@ -113,6 +158,7 @@ class MirrorLoop:
             stats = self._stats.setdefault(tp, PartitionStats(tp[0], tp[1]))
             stats.next_offset = offset
             starts[tp] = offset
+        self._observer.positioned(starts)
         log.info(
             "assigned %s",
             ", ".join(
@@ -127,6 +173,7 @@ class MirrorLoop:
             cursor = self._cursors.pop(tp, None)
             if cursor is not None:
                 dropped += len(cursor.buffer)
+        self._observer.revoked(partitions)
         log.info(
             "revoked %s (%d fetched records left to the next owner)",
             ", ".join(f"{t}[{p}]" for t, p in partitions),
@@ -235,6 +282,7 @@ class MirrorLoop:
                     continue
                 delay = self._retry.delay(waited)
                 log.warning("%s: %s; trying again in %.1f s", doing, exc, delay)
+                self._observer.retrying()
                 if self._clock.wait(delay, self._stop):
                     return None
 
@@ -244,6 +292,7 @@ class MirrorLoop:
         stats.skipped += result.skipped
         stats.dead_lettered += len(result.dead_letters)
         stats.next_offset = next_offset
+        self._observer.applied(tp, result.applied, len(result.dead_letters), next_offset)
         if result.dead_letters:
             offsets = ", ".join(str(d.record.offset) for d in result.dead_letters[:10])
             more = "" if len(result.dead_letters) <= 10 else ", ..."
@@ -276,6 +325,7 @@ class MirrorLoop:
         )
         self._stats[tp].conflicts += 1
         self._stats[tp].next_offset = offset
+        self._observer.positioned({tp: offset})
         cursor.expected, cursor.fetched, cursor.buffer, cursor.since = offset, offset or 0, [], None
         if self._stream is not None and not cursor.done():
             self._stream.seek(cursor.topic, cursor.partition, offset)
@@ -285,7 +335,7 @@ class MirrorLoop:
         while True:
             attempt += 1
             try:
-                return action()
+                result = action()
             except RecordMayHealError:
                 raise  # the record's own wait: _apply_waiting_for_healing
             except RetriableError as exc:
@@ -293,7 +343,12 @@ class MirrorLoop:
                     raise GaveUpError(f"{doing} failed {attempt} times: {exc}") from exc
                 delay = self._retry.delay(attempt)
                 log.warning("%s failed (%s); retrying in %.1f s", doing, exc, delay)
+                self._observer.retrying()
                 self._clock.wait(delay, self._stop)
+            else:
+                if attempt > 1:
+                    self._observer.resumed()
+                return result
 
     def _log_progress(self, stream: RecordStream) -> None:
         owned = sorted(self._cursors)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
+from typing import Protocol
 
 from relay.errors import (
     GaveUpError,
@@ -46,6 +47,44 @@ from relay.runtime.retry import RetryPolicy
 log = logging.getLogger(__name__)
 
 
+class RelayObserver(Protocol):
+    """Told what a relay partition does, for metrics and readiness
+    (relay.runtime.metrics.OutboxMetrics); it changes nothing the relay does."""
+
+    def running(self, partition: int, position: int) -> None:
+        """Started at ``position``, or a batch attempt succeeded (published or found
+        nothing): not retrying."""
+
+    def transaction(self, partition: int, committed: bool) -> None:
+        """A Kafka transaction (a batch, or a keep-alive of the position) ended."""
+
+    def published(self, partition: int, records: int, seconds: float) -> None:
+        """A batch committed ``records`` rows, ``seconds`` after its fetch began."""
+
+    def retrying(self, partition: int) -> None:
+        """A batch failed with a transient error and waits to be tried again."""
+
+    def dead_lettered(self, partition: int, rows: int) -> None:
+        """Kafka refused ``rows`` for good; they moved to outbox_dead_letters."""
+
+
+class _Unobserved:
+    def running(self, partition: int, position: int) -> None:
+        pass
+
+    def transaction(self, partition: int, committed: bool) -> None:
+        pass
+
+    def published(self, partition: int, records: int, seconds: float) -> None:
+        pass
+
+    def retrying(self, partition: int) -> None:
+        pass
+
+    def dead_lettered(self, partition: int, rows: int) -> None:
+        pass
+
+
 class PartitionRelay:
     """Publishes the committed outbox rows of one relay partition to Kafka, exactly once."""
 
@@ -62,6 +101,7 @@ class PartitionRelay:
         retry: RetryPolicy | None = None,
         clock: Clock | None = None,
         failpoints: FailpointHook | None = None,
+        observer: RelayObserver | None = None,
     ) -> None:
         self.partition = partition
         self._source = source
@@ -73,6 +113,7 @@ class PartitionRelay:
         self._retry = retry or RetryPolicy()
         self._clock = clock or SystemClock()
         self._failpoints = failpoints or NO_FAILPOINTS
+        self._observer = observer or _Unobserved()
         self._position: int | None = None
         self._committed_at = 0.0  # clock time of the last commit of the position
 
@@ -109,6 +150,7 @@ class PartitionRelay:
         log.info("relay partition %d: fenced, position %d", self.partition, self._position)
         self._failpoints.hit("startup", self.partition)
         self._source.record_published(self.partition, position, delete_rows=self._cleanup)
+        self._observer.running(self.partition, position)
         return self._position
 
     def _check_owner(self, committed: CommittedPosition) -> None:
@@ -138,8 +180,10 @@ class PartitionRelay:
             self._publisher.commit(self.position)
         except RetriableError:
             self._publisher.abort()
+            self._observer.transaction(self.partition, committed=False)
             raise
         self._committed_at = self._clock.monotonic()
+        self._observer.transaction(self.partition, committed=True)
         log.debug("relay partition %d: position %d kept alive", self.partition, self.position)
 
     def keep_alive_if_due(self, every_s: float) -> bool:
@@ -164,9 +208,10 @@ class PartitionRelay:
         while True:
             attempt += 1
             try:
-                return self._try_batch(up_to_seq)
+                result = self._try_batch(up_to_seq)
             except UndeliverableEventError as exc:  # _try_batch aborted the transaction
                 moved = self._source.dead_letter(self.partition, exc.outbox_ids, exc.reason)
+                self._observer.dead_lettered(self.partition, moved)
                 log.error(
                     "relay partition %d: moved %d outbox row(s) %s to outbox_dead_letters: %s",
                     self.partition,
@@ -188,10 +233,15 @@ class PartitionRelay:
                     exc,
                     delay,
                 )
+                self._observer.retrying(self.partition)
                 if self._clock.wait(delay, stop):
                     return None
+            else:
+                self._observer.running(self.partition, self.position)
+                return result
 
     def _try_batch(self, up_to_seq: int | None) -> BatchResult | None:
+        began = self._clock.monotonic()
         position = self.position
         records = self._source.fetch(self.partition, position, self._batch_size, up_to_seq)
         if not records:
@@ -206,9 +256,12 @@ class PartitionRelay:
             self._publisher.commit(last_seq)
         except (RetriableError, UndeliverableEventError):
             self._publisher.abort()
+            self._observer.transaction(self.partition, committed=False)
             raise
         self._position = last_seq
         self._committed_at = self._clock.monotonic()
+        self._observer.transaction(self.partition, committed=True)
+        self._observer.published(self.partition, len(records), self._committed_at - began)
         self._failpoints.hit("after_commit", self.partition)
         self._source.record_published(self.partition, last_seq, delete_rows=self._cleanup)
         return BatchResult(self.partition, len(records), records[0].seq, last_seq)

@@ -188,6 +188,22 @@ def add_mirror_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_metrics_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("metrics and health (flags win over RELAY_* environment)")
+    group.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve Prometheus /metrics, /healthz and /readyz on this port "
+        "[RELAY_METRICS_PORT; unset: off]",
+    )
+    group.add_argument(
+        "--metrics-host",
+        metavar="HOST",
+        help="the address to serve them on [RELAY_METRICS_HOST=0.0.0.0, every interface]",
+    )
+
+
 def add_once_flag(container: argparse._ActionsContainer, what: str) -> None:
     """``--once``: do ``what`` (everything committed when the run started), then exit 0.
     ``container`` is a parser or a group of one (e.g. mutually exclusive modes)."""

@@ -42,6 +42,7 @@ class MirrorSettings:
         return {
             "database_url": shown["database_url"],
             "kafka": shown["kafka"],
+            "metrics": shown["metrics"],
             "mapping": self.mapping_path,
             "group": self.group,
             "batch_size": str(self.batch_size),

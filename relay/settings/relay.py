@@ -39,6 +39,7 @@ RELAY_OWNED_PROPERTIES = frozenset(
 
 
 _FROM_DATABASE = "(the database's default)"
+ALL_INTERFACES = "0.0.0.0"  # noqa: S104 (metrics and health, for containers; docs/operations.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,8 @@ class RelaySettings:
     cleanup: bool = True
     retry_attempts: int = 8
     position_refresh_s: float = 3600.0  # re-commit an idle partition's position this often
+    metrics_port: int | None = None  # serve /metrics, /healthz, /readyz (None: do not)
+    metrics_host: str = ALL_INTERFACES
 
     def with_database_defaults(self, default_prefix: str) -> RelaySettings:
         """The prefix and positions group the database chose (``outbox_identity``) where
@@ -118,6 +121,7 @@ class RelaySettings:
             "cleanup": str(self.cleanup),
             "retry_attempts": str(self.retry_attempts),
             "position_refresh_s": str(self.position_refresh_s),
+            "metrics": f"{self.metrics_host}:{self.metrics_port}" if self.metrics_port else "off",
         }
 
 
@@ -197,4 +201,9 @@ def _relay_changes(source: SettingsSource) -> dict[str, Any]:
     found["commit_watch_s"] = source.positive_float("commit_watch_s")
     found["position_refresh_s"] = source.positive_float("position_refresh_s")
     found["cleanup"] = source.boolean("cleanup")
+    port = found["metrics_port"] = source.positive_int("metrics_port")
+    if port is not None and port > 65535:
+        name = source.env_name("metrics_port")
+        raise ConfigurationError(f"{name} must be a TCP port (1..65535), got {port}")
+    found["metrics_host"] = source.non_empty("metrics_host")
     return {name: value for name, value in found.items() if value is not None}

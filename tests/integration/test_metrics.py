@@ -1,0 +1,174 @@
+"""`relay run` and `relay mirror` with ``--metrics-port``: Prometheus /metrics, /healthz and
+/readyz, against the real servers."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient, NewTopic
+from prometheus_client.parser import text_string_to_metric_families
+
+import relay
+from relay.chaos.servers import free_ports
+from tests.integration.mirror_support import (
+    TxProducer,
+    items_mapping,
+    last_stable_offsets,
+    mirror_env,
+    records_of,
+)
+from tests.integration.support import RelayTestEnv, start_relay, wait_until
+from tests.integration.writes import publish_events
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def get(port: int, path: str) -> tuple[int, str]:
+    """(status, body) of GET ``path``; (0, reason) while nothing listens."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except (urllib.error.URLError, ConnectionError) as exc:
+        return 0, str(exc)
+
+
+def scrape(port: int) -> Samples:
+    status, body = get(port, "/metrics")
+    assert status == 200, body
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+    }
+
+
+def total(samples: Samples, name: str) -> float:
+    return sum(v for (n, _), v in samples.items() if n == name)
+
+
+def by_label(samples: Samples, name: str, label: str) -> dict[str, float]:
+    return {dict(labels)[label]: v for (n, labels), v in samples.items() if n == name}
+
+
+def test_relay_run_serves_metrics_health_and_readiness(
+    relay_env: RelayTestEnv, topic: str, tmp_path: Path
+) -> None:
+    (port,) = free_ports(1)
+    log = tmp_path / "relay.log"
+    service = start_relay(relay_env, "run", "--metrics-port", str(port), log=log)
+    try:
+        wait_until(lambda: get(port, "/healthz") == (200, "alive\n"), 60, "/healthz")
+        wait_until(lambda: get(port, "/readyz") == (200, "ready\n"), 60, "/readyz")
+        events = [relay.Event(topic, f"k{n % 9}", {"n": n}) for n in range(300)]
+        publish_events(relay_env.database_url, events)
+
+        def published() -> float:
+            return total(scrape(port), "relay_outbox_records_published_total")
+
+        wait_until(lambda: published() == 300, 60, "300 records published")
+        wait_until(
+            lambda: (
+                by_label(scrape(port), "relay_outbox_pending_rows", "partition")
+                == {"0": 0, "1": 0, "2": 0, "3": 0}
+            ),
+            30,
+            "no rows pending (asked at most every 10 s)",
+        )
+        samples = scrape(port)
+        assert total(samples, "relay_outbox_transactions_committed_total") >= 1
+        assert total(samples, "relay_outbox_batch_duration_seconds_count") >= 1
+        for name in (
+            "relay_outbox_transactions_aborted_total",
+            "relay_outbox_fencings_total",
+            "relay_outbox_dead_letters_total",
+            "relay_outbox_dead_letter_rows",
+        ):
+            assert by_label(samples, name, "partition") == dict.fromkeys("0123", 0), name
+        positions = by_label(samples, "relay_outbox_position", "partition")
+        assert sorted(positions) == ["0", "1", "2", "3"]
+        assert sum(1 for p in positions.values() if p > 0) >= 2  # 9 keys over 4 partitions
+        assert samples[("relay_ready", ())] == 1
+    finally:
+        service.terminate()
+        service.wait(60)
+    assert service.returncode == 0, log.read_text()
+
+
+def test_relay_run_is_not_ready_while_a_partition_retries(
+    relay_env: RelayTestEnv, kafka_admin: AdminClient, tmp_path: Path
+) -> None:
+    topic = f"metrics-later-{relay_env.prefix}"
+    publish_events(
+        relay_env.database_url, [relay.Event(topic, f"k{n}", {"n": n}) for n in range(20)]
+    )
+    (port,) = free_ports(1)
+    log = tmp_path / "relay.log"
+    service = start_relay(relay_env, "run", "--metrics-port", str(port), log=log)
+    try:
+        wait_until(
+            lambda: (
+                get(port, "/readyz")[0] == 503
+                and "retrying" in get(port, "/readyz")[1]
+                and total(scrape(port), "relay_outbox_retries_total") > 0
+            ),
+            60,
+            "the missing topic to hold a partition in its retry loop",
+        )
+        assert get(port, "/healthz")[0] == 200  # alive all the same
+        assert total(scrape(port), "relay_outbox_transactions_aborted_total") > 0
+        assert scrape(port)[("relay_ready", ())] == 0
+        kafka_admin.create_topics([NewTopic(topic, 3, replication_factor=-1)])[topic].result(30)
+        wait_until(
+            lambda: total(scrape(port), "relay_outbox_records_published_total") == 20,
+            90,
+            "the relay to publish once the topic exists",
+        )
+        wait_until(lambda: get(port, "/readyz")[0] == 200, 30, "/readyz to recover")
+    finally:
+        service.terminate()
+        service.wait(60)
+        kafka_admin.delete_topics([topic])
+    assert service.returncode == 0, log.read_text()
+
+
+def test_relay_mirror_serves_applied_records_and_lag(
+    database_url: str, bootstrap_servers: str, make_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    topic = make_topic("mirror-metrics", partitions=2)
+    env = mirror_env(database_url, bootstrap_servers, tmp_path, items_mapping([topic]))
+    history = [(n % 40, {"name": f"n{n}", "qty": n}) for n in range(150)]
+    TxProducer(bootstrap_servers).in_transactions(topic, records_of(history), size=30)
+    stable = last_stable_offsets(bootstrap_servers, topic)  # all there before the mirror starts
+
+    (port,) = free_ports(1)
+    log = tmp_path / "mirror.log"
+    service = env.start(log, "--metrics-port", str(port), RELAY_METRICS_HOST="127.0.0.1")
+    try:
+        wait_until(lambda: get(port, "/healthz") == (200, "alive\n"), 60, "/healthz")
+        wait_until(lambda: get(port, "/readyz") == (200, "ready\n"), 60, "/readyz")
+        wait_until(
+            lambda: total(scrape(port), "relay_mirror_records_applied_total") == 150,
+            60,
+            "150 records applied",
+        )
+        wait_until(
+            lambda: (
+                by_label(scrape(port), "relay_mirror_lag_records", "partition") == {"0": 0, "1": 0}
+            ),
+            60,
+            "no lag in either partition",
+        )
+        assert env.offsets() == stable  # lag 0: the stored offsets are the last stable ones
+        samples = scrape(port)
+        assert total(samples, "relay_mirror_dead_letters_total") == 0
+        assert samples[("relay_mirror_retries_total", ())] == 0
+        assert samples[("relay_ready", ())] == 1
+    finally:
+        service.terminate()
+        service.wait(60)
+    assert service.returncode == 0, log.read_text()
