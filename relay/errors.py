@@ -13,7 +13,8 @@ failed (its report is printed all the same).
 
     RelayError (1)
     ├── ConfigurationError (2)
-    │   └── PositionsMismatchError     positions that do not fit this database
+    │   ├── PositionsMismatchError     positions that do not fit this database
+    │   └── ConfirmationRequiredError  a command that needs --yes ran without it
     ├── DatabaseError (3)
     │   ├── DatabaseUnreachableError
     │   └── MigrationsNotAppliedError
@@ -22,6 +23,7 @@ failed (its report is printed all the same).
     │   ├── KafkaAuthenticationError
     │   └── ProducerFencedError (5)
     ├── RetriableError                 try the same work again
+    │   ├── AmbiguousCommitError       a transaction's outcome unknown: rebuild, re-read
     │   ├── RecordMayHealError         a record refused for now (e.g. parent not there yet)
     │   └── TopicMissingError
     ├── InvalidEventError              an event the write API cannot store
@@ -31,6 +33,7 @@ failed (its report is printed all the same).
     ├── DecodeError                    a record the mirror cannot map: dead-letter it
     ├── MirrorOffsetConflict (5)
     ├── StatusCheckError (6)           `relay status --max-lag/--max-age` found a breach
+    ├── DeadLetterError                `relay dead-letters`: an unknown id, a failed replay
     ├── FailpointError                 a test's failpoint fired
     ├── DevEnvError                    a development server failed
     └── ChaosError                     a chaos run could not reach a verdict
@@ -58,6 +61,12 @@ class PositionsMismatchError(ConfigurationError):
     """The positions in Kafka do not fit this database: committed for another database or
     by relays with another prefix, beyond what it assigned, or below what it recorded as
     published (the positions group's offsets expired or were deleted)."""
+
+
+class ConfirmationRequiredError(ConfigurationError):
+    """A command that changes what is published or applied (``relay positions set``,
+    ``relay dead-letters replay|discard``) ran without ``--yes``: it printed what it would
+    do and changed nothing."""
 
 
 class DatabaseError(RelayError):
@@ -106,6 +115,14 @@ class ProducerFencedError(KafkaError):
 
 class RetriableError(RelayError):
     """A transient failure; the same work may be tried again."""
+
+
+class AmbiguousCommitError(RetriableError):
+    """The producer no longer knows how its transaction ended: a commit or an abort timed
+    out, or the producer refuses to begin another (librdkafka's ``_STATE``/``_CONFLICT``).
+    The batch may or may not be committed. The producer is unusable: the relay drops it,
+    builds a new one with the same ``transactional.id`` (whose ``init_transactions()``
+    settles the pending transaction on the broker) and reads the position again."""
 
 
 class RecordMayHealError(RetriableError):
@@ -167,6 +184,11 @@ class StatusCheckError(RelayError):
     more than ``--max-lag``. The message names each breach; the report was printed."""
 
     exit_code = 6
+
+
+class DeadLetterError(RelayError):
+    """``relay dead-letters`` did not do all it was asked: an id that is not a dead letter,
+    or replays that failed again (each dead letter kept, with its new error)."""
 
 
 class FailpointError(RelayError):

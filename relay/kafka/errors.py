@@ -5,13 +5,25 @@ from __future__ import annotations
 from confluent_kafka import KafkaError as LibKafkaError
 from confluent_kafka import KafkaException
 
-from relay.errors import KafkaError, ProducerFencedError, RetriableError
+from relay.errors import AmbiguousCommitError, KafkaError, ProducerFencedError, RetriableError
 
 FENCED_CODES = frozenset(
     {
         LibKafkaError._FENCED,
         LibKafkaError.PRODUCER_FENCED,
         LibKafkaError.INVALID_PRODUCER_EPOCH,
+    }
+)
+
+# A transactional call that times out leaves the transaction's outcome unknown; a call
+# refused for the producer's state (e.g. begin_transaction after a commit and an abort
+# that both timed out) means librdkafka gave up on the transaction without settling it.
+AMBIGUOUS_CODES = frozenset(
+    {
+        LibKafkaError._TIMED_OUT,
+        LibKafkaError._STATE,
+        LibKafkaError._CONFLICT,
+        LibKafkaError._PREV_IN_PROGRESS,
     }
 )
 
@@ -47,3 +59,22 @@ def translate(exc: BaseException, doing: str, partition: int | None = None) -> E
     if err.txn_requires_abort() or err.retriable():
         return RetriableError(text)
     return KafkaError(text, code=err.name())
+
+
+def translate_transactional(exc: BaseException, doing: str, partition: int) -> Exception:
+    """:func:`translate` for a transactional call whose failure may leave the transaction
+    unsettled: a timeout or a state error is an :class:`AmbiguousCommitError` (rebuild the
+    producer, fence, read the position again), unless the error is fatal or fenced."""
+    error = translate(exc, doing, partition)
+    err = lib_error(exc)
+    if (
+        err is not None
+        and err.code() in AMBIGUOUS_CODES
+        and not err.fatal()
+        and not isinstance(error, ProducerFencedError)
+    ):
+        return AmbiguousCommitError(
+            f"relay partition {partition}: {doing} failed: {err.str()} ({err.name()}); the "
+            "transaction's outcome is unknown"
+        )
+    return error

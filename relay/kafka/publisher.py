@@ -18,6 +18,7 @@ from confluent_kafka import KafkaError as LibKafkaError
 from confluent_kafka import KafkaException, Message, Producer, TopicPartition
 
 from relay.errors import (
+    AmbiguousCommitError,
     ConfigurationError,
     KafkaError,
     RetriableError,
@@ -25,7 +26,7 @@ from relay.errors import (
     UndeliverableEventError,
 )
 from relay.kafka.admin import admin_client
-from relay.kafka.errors import kafka_reason, lib_error, translate
+from relay.kafka.errors import kafka_reason, lib_error, translate, translate_transactional
 from relay.kafka.positions import committed_position, positions_consumer
 from relay.kafka.topics import TOPIC_MISSING, TopicGuard, headers_bound
 from relay.publishing.types import CommittedPosition, OutboxRecord, PositionOwner
@@ -106,31 +107,63 @@ class KafkaTransactionalPublisher:
         base = settings.kafka.client_config()
         self._batch_bytes = int(base.get("batch.size", _LIBRDKAFKA_BATCH_SIZE))
         try:
-            self._producer = Producer(
-                {
-                    # retry.backoff.ms: right after a commit, the next transaction's
-                    # send_offsets_to_transaction is refused (CONCURRENT_TRANSACTIONS) until
-                    # the broker has written the markers; librdkafka's default back-off
-                    # (100 ms) then added ~100 ms to every batch.
-                    **{"linger.ms": "20", "batch.num.messages": "10000", "retry.backoff.ms": "10"},
-                    **base,
-                    # Only a failed delivery calls on_delivery: a success needs nothing.
-                    "delivery.report.only.error": True,
-                    "transactional.id": settings.transactional_id(partition),
-                    "enable.idempotence": True,
-                    "acks": "all",
-                    "partitioner": "murmur2_random",
-                    "transaction.timeout.ms": settings.kafka.transaction_timeout_ms,
-                },
-                logger=_librdkafka_log,
-            )
+            self._producer = self._new_producer()
             self._positions = positions_consumer(settings)
         except KafkaException as exc:
             raise ConfigurationError(f"Kafka configuration rejected: {kafka_reason(exc)}") from None
         self._position_tp = TopicPartition(settings.positions_topic, partition)
+        self._topics = self._new_topic_guard()
+
+    def _new_producer(self) -> Producer:
+        settings = self._settings
+        return Producer(
+            {
+                # retry.backoff.ms: right after a commit, the next transaction's
+                # send_offsets_to_transaction is refused (CONCURRENT_TRANSACTIONS) until
+                # the broker has written the markers; librdkafka's default back-off
+                # (100 ms) then added ~100 ms to every batch.
+                **{"linger.ms": "20", "batch.num.messages": "10000", "retry.backoff.ms": "10"},
+                **settings.kafka.client_config(),
+                # Only a failed delivery calls on_delivery: a success needs nothing.
+                "delivery.report.only.error": True,
+                "transactional.id": settings.transactional_id(self._partition),
+                "enable.idempotence": True,
+                "acks": "all",
+                "partitioner": "murmur2_random",
+                "transaction.timeout.ms": settings.kafka.transaction_timeout_ms,
+            },
+            logger=_librdkafka_log,
+        )
+
+    def _new_topic_guard(self) -> TopicGuard:
         # The AdminClient is created only when a topic's configuration is first read.
-        self._topics = TopicGuard(
-            self._producer, partial(admin_client, settings.kafka), partition, self._timeout
+        return TopicGuard(
+            self._producer,
+            partial(admin_client, self._settings.kafka),
+            self._partition,
+            self._timeout,
+        )
+
+    def reset(self) -> None:
+        """A new producer with the same transactional.id, after AmbiguousCommitError; the
+        old one is dropped without waiting (its transaction state is unknown)."""
+        old = self._producer
+        try:
+            old.purge()
+        except KafkaException as exc:
+            log.debug("relay partition %d: purging the old producer: %s", self._partition, exc)
+        try:
+            self._producer = self._new_producer()
+        except KafkaException as exc:
+            raise ConfigurationError(f"Kafka configuration rejected: {kafka_reason(exc)}") from None
+        del old  # librdkafka's destroy, once nothing refers to it any more
+        self._topics = self._new_topic_guard()
+        self._fenced = False
+        self._delivery_error = None
+        log.warning(
+            "relay partition %d: transactional producer rebuilt; fencing and reading the "
+            "position again",
+            self._partition,
         )
 
     def fence(self) -> CommittedPosition:
@@ -159,7 +192,8 @@ class KafkaTransactionalPublisher:
         try:
             self._producer.begin_transaction()
         except KafkaException as exc:
-            raise translate(exc, "begin_transaction", self._partition) from None
+            # _STATE/_CONFLICT: an earlier commit or abort never settled (AmbiguousCommitError)
+            raise translate_transactional(exc, "begin_transaction", self._partition) from None
 
     def _on_delivery(self, err: LibKafkaError | None, _msg: Message) -> None:
         # The broker refuses whole record batches, so a delivery error cannot name the
@@ -251,11 +285,20 @@ class KafkaTransactionalPublisher:
                 retriable_in_place = (
                     err is not None and err.retriable() and not err.txn_requires_abort()
                 )
-                if not retriable_in_place or attempt == _COMMIT_ATTEMPTS:
+                if retriable_in_place and attempt == _COMMIT_ATTEMPTS:
+                    # The commit may be under way on the broker: neither committed nor
+                    # aborted as far as this producer knows.
+                    raise AmbiguousCommitError(
+                        f"{error}; gave up after {attempt} attempts, the transaction's "
+                        "outcome is unknown"
+                    ) from None
+                if not retriable_in_place or isinstance(error, AmbiguousCommitError):
                     raise error from None
                 log.warning("relay partition %d: %s; retrying the commit", self._partition, error)
 
     def _commit_error(self, exc: KafkaException, doing: str) -> Exception:
+        # A failed commit is retried (after an abort) as before; only an abort or a begin
+        # that fails leaves the producer unsettled (AmbiguousCommitError, then reset()).
         error = translate(exc, doing, self._partition)
         if self._delivery_error is not None and self._delivery_error.code() in _RECORD_REFUSED:
             # The broker refused a record batch: a topic's limit was lowered since it was
@@ -263,17 +306,18 @@ class KafkaTransactionalPublisher:
             self._topics.forget_all()
         if isinstance(error, RetriableError) and self._delivery_error is not None:
             first = self._delivery_error.str()
-            return RetriableError(f"{error} (first delivery error: {first})")
+            return type(error)(f"{error} (first delivery error: {first})")
         return error
 
     def abort(self) -> None:
         try:
             self._producer.abort_transaction(self._timeout)
         except KafkaException as exc:
-            error = translate(exc, "abort_transaction", self._partition)
-            if not isinstance(error, RetriableError):
-                raise error from None
-            log.warning("relay partition %d: %s", self._partition, error)
+            error = translate_transactional(exc, "abort_transaction", self._partition)
+            if isinstance(error, RetriableError) and not isinstance(error, AmbiguousCommitError):
+                # Not aborted, not known to be aborted: the producer must be rebuilt.
+                error = AmbiguousCommitError(f"{error}; the transaction's outcome is unknown")
+            raise error from None
 
     def close(self) -> None:
         """Release the clients; never raises (a fenced producer refuses to flush)."""

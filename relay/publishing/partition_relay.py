@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from relay.errors import (
+    AmbiguousCommitError,
     GaveUpError,
     PositionsMismatchError,
     RetriableError,
@@ -116,6 +117,7 @@ class PartitionRelay:
         self._observer = observer or _Unobserved()
         self._position: int | None = None
         self._committed_at = 0.0  # clock time of the last commit of the position
+        self._unsettled = False  # a transaction's outcome is unknown: restart first
 
     @property
     def position(self) -> int:
@@ -172,15 +174,43 @@ class PartitionRelay:
             "fence each other, so they must not share a positions group"
         )
 
+    def _restart(self) -> None:
+        """After AmbiguousCommitError: a new producer, fenced again (which settles the
+        pending transaction on the broker), and the position read again, with or without
+        the batch in doubt; the start-up checks apply to it as at start-up."""
+        self._publisher.reset()
+        self.start()
+        self._unsettled = False
+
+    def _settle_first(self) -> None:
+        if self._unsettled:
+            self._restart()
+
+    def _transaction_failed(self, exc: RetriableError | UndeliverableEventError) -> None:
+        """Abort the open transaction after ``exc`` (not when its outcome is unknown)."""
+        if isinstance(exc, AmbiguousCommitError):
+            self._unsettled = True  # committed or not: the next fence settles it
+            return
+        self._observer.transaction(self.partition, committed=False)
+        try:
+            self._publisher.abort()
+        except AmbiguousCommitError:
+            self._unsettled = True
+            raise
+
     def keep_alive(self) -> None:
         """Commit the unchanged position again, so that the broker's offset retention
         (``offsets.retention.minutes``) never expires an idle partition's position."""
-        self._publisher.begin()
+        self._settle_first()
+        try:
+            self._publisher.begin()
+        except AmbiguousCommitError:
+            self._unsettled = True
+            raise
         try:
             self._publisher.commit(self.position)
-        except RetriableError:
-            self._publisher.abort()
-            self._observer.transaction(self.partition, committed=False)
+        except RetriableError as exc:
+            self._transaction_failed(exc)
             raise
         self._committed_at = self._clock.monotonic()
         self._observer.transaction(self.partition, committed=True)
@@ -221,6 +251,8 @@ class PartitionRelay:
                 )
                 attempt = 0  # the rest of the batch goes out in the next transaction
             except RetriableError as exc:
+                if isinstance(exc, AmbiguousCommitError):
+                    self._unsettled = True  # the next attempt restarts first
                 if self._retry.gives_up_after(attempt):
                     raise GaveUpError(
                         f"relay partition {self.partition}: batch after seq {self.position} "
@@ -228,8 +260,11 @@ class PartitionRelay:
                     ) from exc
                 delay = self._retry.delay(attempt)
                 log.warning(
-                    "relay partition %d: batch aborted (%s); retrying in %.1f s",
+                    "relay partition %d: %s (%s); retrying in %.1f s",
                     self.partition,
+                    "batch in doubt, restarting the producer"
+                    if self._unsettled
+                    else "batch aborted",
                     exc,
                     delay,
                 )
@@ -242,6 +277,7 @@ class PartitionRelay:
 
     def _try_batch(self, up_to_seq: int | None) -> BatchResult | None:
         began = self._clock.monotonic()
+        self._settle_first()
         position = self.position
         records = self._source.fetch(self.partition, position, self._batch_size, up_to_seq)
         if not records:
@@ -254,9 +290,8 @@ class PartitionRelay:
             self._failpoints.hit("after_produce", self.partition)
             self._failpoints.hit("before_commit", self.partition)
             self._publisher.commit(last_seq)
-        except (RetriableError, UndeliverableEventError):
-            self._publisher.abort()
-            self._observer.transaction(self.partition, committed=False)
+        except (RetriableError, UndeliverableEventError) as exc:
+            self._transaction_failed(exc)
             raise
         self._position = last_seq
         self._committed_at = self._clock.monotonic()

@@ -72,9 +72,21 @@ class TransactionalPublisher(Protocol):
         (keeping it alive within the broker's offset retention).
 
         Raises ProducerFencedError when another instance took over, RetriableError when
-        the transaction was aborted and the batch may be sent again."""
+        the transaction was aborted and the batch may be sent again, AmbiguousCommitError
+        when it may or may not have committed (then :meth:`reset`)."""
         ...
 
-    def abort(self) -> None: ...
+    def abort(self) -> None:
+        """Abort the open transaction. Raises AmbiguousCommitError when the abort did not
+        complete (then :meth:`reset`)."""
+        ...
+
+    def reset(self) -> None:
+        """Drop the producer after AmbiguousCommitError (from :meth:`begin`,
+        :meth:`commit` or :meth:`abort`) and build a new one with the same
+        transactional.id. The instance then needs :meth:`fence` again, which settles the
+        pending transaction on the broker and reads the position, with or without the
+        ambiguous batch."""
+        ...
 
     def close(self) -> None: ...

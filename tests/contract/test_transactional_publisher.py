@@ -342,3 +342,47 @@ def test_a_transaction_without_records_commits_the_position_again(
     publisher.commit(2)  # keep-alive: nothing sent
     assert kafka.publisher(0).fence() == CommittedPosition(2, OWNER)
     assert kafka.published(kafka.topic) == [1, 2]
+
+
+def test_a_reset_drops_the_open_transaction_and_fencing_again_reads_the_position(
+    kafka: PublisherHarness,
+) -> None:
+    publisher = kafka.publisher(0)
+    publisher.fence()
+    publish(publisher, [rec(1, kafka.topic), rec(2, kafka.topic)])
+    publisher.begin()
+    publisher.send([rec(3, kafka.topic), rec(4, kafka.topic)])  # in doubt, never committed
+    publisher.reset()
+    assert publisher.fence().position == 2
+    publish(publisher, [rec(3, kafka.topic), rec(4, kafka.topic)])
+    assert kafka.published(kafka.topic) == [1, 2, 3, 4]
+    assert kafka.publisher(0).fence().position == 4
+
+
+def test_a_reset_after_a_commit_reads_the_committed_position(kafka: PublisherHarness) -> None:
+    publisher = kafka.publisher(0)
+    publisher.fence()
+    publish(publisher, [rec(1, kafka.topic)])
+    publisher.reset()
+    assert publisher.fence().position == 1
+    publish(publisher, [rec(2, kafka.topic)])
+    assert kafka.published(kafka.topic) == [1, 2]
+
+
+def test_a_reset_instance_fences_its_successor_only_when_it_fences_again(
+    kafka: PublisherHarness,
+) -> None:
+    # A new producer with the same transactional.id takes the partition over again: the
+    # relay resets only after a commit in doubt, never after ProducerFencedError.
+    publisher = kafka.publisher(0)
+    publisher.fence()
+    successor = kafka.publisher(0)
+    successor.fence()
+    publisher.reset()
+    publisher.fence()
+    successor.begin()
+    successor.send([rec(1, kafka.topic)])
+    with pytest.raises(ProducerFencedError):
+        successor.commit(1)
+    publish(publisher, [rec(1, kafka.topic)])
+    assert kafka.published(kafka.topic) == [1]

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from relay.errors import (
+    AmbiguousCommitError,
     ProducerFencedError,
     RetriableError,
     TopicMissingError,
@@ -116,6 +117,9 @@ class MemoryKafka:
     positions: dict[int, CommittedPosition] = field(default_factory=dict)
     epochs: dict[int, int] = field(default_factory=dict)
     fail_next_commits: int = 0
+    # One entry per coming commit: it times out (AmbiguousCommitError), after the broker
+    # committed the transaction (True) or not (False); the producer is unusable until reset.
+    ambiguous_next_commits: list[bool] = field(default_factory=list)
     topics: dict[str, MemoryTopic] | None = None
 
     def publisher(self, partition: int, owner: PositionOwner = OWNER) -> MemoryPublisher:
@@ -135,6 +139,8 @@ class MemoryPublisher:
     pending: list[OutboxRecord] | None = None
     fenced: bool = False
     closed: bool = False
+    stuck: bool = False  # after an ambiguous commit, like librdkafka's _STATE errors
+    resets: int = 0
 
     def fence(self) -> CommittedPosition:
         if self.epoch is None:
@@ -146,8 +152,15 @@ class MemoryPublisher:
         if self.fenced:
             raise ProducerFencedError("fenced")
 
+    def _check_usable(self) -> None:
+        if self.stuck:
+            raise AmbiguousCommitError("Operation not valid in state CommittingTransaction")
+        if self.epoch is None:
+            raise RuntimeError("fence() has not run since the producer was built")
+
     def begin(self) -> None:
         self._check_fenced()
+        self._check_usable()
         self.pending = []
 
     def send(self, records: Sequence[OutboxRecord]) -> None:
@@ -190,13 +203,34 @@ class MemoryPublisher:
             self.kafka.fail_next_commits -= 1
             raise RetriableError("broker hiccup")
         assert self.pending is not None
+        if self.kafka.ambiguous_next_commits:
+            landed = self.kafka.ambiguous_next_commits.pop(0)
+            if landed:
+                self._commit_pending(position)
+            self.stuck = True
+            raise AmbiguousCommitError("commit_transaction timed out")
+        self._commit_pending(position)
+
+    def _commit_pending(self, position: int) -> None:
+        assert self.pending is not None
         self.kafka.committed.extend(self.pending)
         self.kafka.positions[self.partition] = CommittedPosition(position, self.owner)
         self.pending = None
 
     def abort(self) -> None:
         self._check_fenced()
+        if self.stuck:
+            raise AmbiguousCommitError("abort_transaction timed out")
         self.pending = None
+
+    def reset(self) -> None:
+        """A new producer with the same transactional.id: it must be fenced again (the
+        transaction in doubt was settled when the commit raised)."""
+        self.epoch = None
+        self.pending = None
+        self.stuck = False
+        self.fenced = False
+        self.resets += 1
 
     def close(self) -> None:
         self.closed = True

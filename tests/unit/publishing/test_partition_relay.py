@@ -166,3 +166,89 @@ def test_a_row_larger_than_the_byte_bound_still_goes_alone() -> None:
     outbox.add(*(record(0, s) for s in range(1, 4)))
     result = make(outbox, kafka, batch_bytes=1).drain()
     assert (result.records, result.batches) == (3, 3)
+
+
+# An ambiguous commit (issue 11, point 4): commit_transaction times out and the producer
+# is unusable. The batch did or did not commit; the relay must find out by fencing with a
+# new producer and reading the position again, then neither lose nor repeat a row.
+
+
+@pytest.mark.parametrize("landed", [True, False], ids=["committed", "not-committed"])
+def test_after_an_ambiguous_commit_the_relay_restarts_and_publishes_every_row_once(
+    landed: bool,
+) -> None:
+    outbox, kafka = MemoryOutbox(), MemoryKafka(ambiguous_next_commits=[landed])
+    outbox.add(*(record(0, s) for s in range(1, 7)))
+    publisher = kafka.publisher(0)
+    relay = PartitionRelay(0, outbox, publisher, owner=OWNER, clock=FakeClock(), batch_size=3)
+    relay.start()
+    first = relay.publish_batch()  # commit in doubt, restart, then the batch (again or next)
+    assert first is not None
+    assert (first.first_seq, first.last_seq) == ((4, 6) if landed else (1, 3))
+    while relay.publish_batch() is not None:
+        pass
+    assert [r.seq for r in kafka.committed] == [1, 2, 3, 4, 5, 6]
+    assert kafka.positions[0] == CommittedPosition(6, OWNER)
+    assert publisher.resets == 1
+    assert kafka.epochs[0] == 2  # fenced again by the new producer
+    assert outbox.rows[0] == []
+
+
+@pytest.mark.parametrize("landed", [True, False], ids=["committed", "not-committed"])
+def test_a_drain_survives_an_ambiguous_commit(landed: bool) -> None:
+    outbox, kafka = MemoryOutbox(), MemoryKafka(ambiguous_next_commits=[False, landed])
+    outbox.add(*(record(0, s) for s in range(1, 8)))
+    result = make(outbox, kafka, batch_size=2).drain()
+    assert [r.seq for r in kafka.committed] == list(range(1, 8))
+    assert result.position == 7
+
+
+def test_an_ambiguous_keep_alive_restarts_before_the_next_batch() -> None:
+    outbox, kafka = MemoryOutbox(), MemoryKafka()
+    outbox.add(record(0, 1))
+    publisher = kafka.publisher(0)
+    clock = FakeClock()
+    relay = PartitionRelay(0, outbox, publisher, owner=OWNER, clock=clock)
+    relay.start()
+    relay.publish_batch()
+    kafka.ambiguous_next_commits.append(True)
+    clock.now += 100
+    assert relay.keep_alive_if_due(10) is False  # in doubt: logged, not raised
+    outbox.add(record(0, 2))
+    assert relay.publish_batch() is not None
+    assert [r.seq for r in kafka.committed] == [1, 2]
+    assert publisher.resets == 1
+
+
+def test_a_restart_that_fails_is_tried_again_until_the_broker_answers() -> None:
+    from relay.errors import RetriableError
+
+    outbox, kafka = MemoryOutbox(), MemoryKafka(ambiguous_next_commits=[False])
+    outbox.add(*(record(0, s) for s in range(1, 4)))
+    publisher = kafka.publisher(0)
+    relay = PartitionRelay(0, outbox, publisher, owner=OWNER, clock=FakeClock())
+    relay.start()
+    fence, failures = publisher.fence, [RetriableError("init_transactions timed out")] * 2
+
+    def fence_while_the_broker_is_stopped() -> CommittedPosition:
+        if failures:
+            raise failures.pop()
+        return fence()
+
+    publisher.fence = fence_while_the_broker_is_stopped  # type: ignore[method-assign]
+    assert relay.publish_batch() is not None
+    assert [r.seq for r in kafka.committed] == [1, 2, 3]
+    assert publisher.resets == 3  # each attempt starts from a new producer
+
+
+def test_a_restart_applies_the_start_up_checks() -> None:
+    from relay.errors import PositionsMismatchError
+
+    outbox, kafka = MemoryOutbox(), MemoryKafka(ambiguous_next_commits=[False])
+    outbox.add(*(record(0, s) for s in range(1, 4)))
+    relay = make(outbox, kafka)
+    relay.start()
+    kafka.positions[0] = CommittedPosition(2, PositionOwner("another-database", "test"))
+    with pytest.raises(PositionsMismatchError, match="another outbox database"):
+        relay.publish_batch()
+    assert kafka.committed == []
