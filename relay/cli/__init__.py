@@ -13,13 +13,13 @@ import traceback
 from collections.abc import Callable, Sequence
 
 from relay import __version__
-from relay.cli import chaos, db, dev, mirror, positions, run, status
+from relay.cli import chaos, db, dead_letters, dev, mirror, positions, run, status
 from relay.errors import RelayError
 from relay.runtime import logs
 from relay.runtime.secrets import mask_text
 from relay.settings.flags import add_log_level_flag
 
-SUBCOMMANDS = (run, mirror, positions, status, db, dev, chaos)
+SUBCOMMANDS = (run, mirror, positions, status, dead_letters, db, dev, chaos)
 
 
 def build_parser() -> argparse.ArgumentParser:

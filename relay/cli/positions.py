@@ -1,5 +1,5 @@
-"""`relay positions show|restore`: each relay partition's position, and the way out when
-the positions group's offsets expired or were deleted."""
+"""`relay positions show|restore|set`: each relay partition's position, the way out when
+the positions group's offsets expired or were deleted, and setting one by hand."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from relay.commands import positions
+from relay.errors import ConfirmationRequiredError
 from relay.settings.flags import add_connection_flags, add_relay_flags, relay_settings_from_args
 
 
@@ -25,7 +26,25 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
         "(after the positions group's offsets expired or were deleted); stop the relays first",
     )
     restore.set_defaults(handler=_restore)
-    for action in (show, restore):
+    set_ = actions.add_parser(
+        "set",
+        help="commit a position by hand (and make it the floor), fencing a relay running on "
+        "the partition; rows at or below it are never published, rows above it are "
+        "published again; needs --yes",
+    )
+    set_.add_argument("--partition", type=int, required=True, metavar="P", help="relay partition")
+    set_.add_argument(
+        "--position",
+        type=int,
+        required=True,
+        metavar="N",
+        help="the seq of the last row to count as published (0: none)",
+    )
+    set_.add_argument(
+        "--yes", action="store_true", help="do it (without: say what it would do, change nothing)"
+    )
+    set_.set_defaults(handler=_set)
+    for action in (show, restore, set_):
         add_connection_flags(action)
         add_relay_flags(action)
 
@@ -50,4 +69,23 @@ def _restore(args: argparse.Namespace) -> int:
             print(
                 f"relay partition {row.partition}: position {row.found} (floor {row.floor}), kept"
             )
+    return 0
+
+
+def _set(args: argparse.Namespace) -> int:
+    settings = relay_settings_from_args(args)
+    partition, position = args.partition, args.position
+    if not args.yes:
+        (now,) = positions.show(settings, [partition])
+        print(
+            f"relay partition {partition}: position {now.position} (floor {now.floor}) "
+            f"would be set to {position}, and the floor to {position}"
+        )
+        print(positions.set_warning(partition, position))
+        raise ConfirmationRequiredError("nothing changed: run it again with --yes to set it")
+    done = positions.set_position(settings, partition, position)
+    print(
+        f"relay partition {done.partition}: position {done.found} -> {done.position} "
+        f"(floor {done.floor} -> {done.position})"
+    )
     return 0

@@ -5,8 +5,10 @@
 --                  with the schema owner's rights)
 --   outbox_relay   `relay run` and jobs/outbox_relay.py: read and clean up the outbox,
 --                  dead-letter refused rows, check the schema revision, read the
---                  database's identity and keep the published floor
---   outbox_mirror  `relay mirror` and jobs/mirror.py: offsets and dead letters; the
+--                  database's identity and keep the published floor; `relay dead-letters`
+--                  (list, replay, discard: replaying also needs outbox_writer's INSERT)
+--   outbox_mirror  `relay mirror` and jobs/mirror.py: offsets and dead letters (also
+--                  `relay dead-letters --mirror`: list, replay, discard); the
 --                  mirrored tables are granted one by one (GRANT SELECT, INSERT, UPDATE,
 --                  DELETE ON <table> TO outbox_mirror), e.g. in the table's migration
 --
@@ -35,10 +37,10 @@ GRANT SELECT ON outbox_positions TO outbox_relay;
 GRANT EXECUTE ON FUNCTION outbox_horizon(integer) TO outbox_relay;
 GRANT SELECT ON outbox_settings, relay_alembic_version, relay_schema_compat TO outbox_relay;
 GRANT SELECT ON SEQUENCE outbox_seq TO outbox_relay;
-GRANT SELECT, INSERT ON outbox_dead_letters TO outbox_relay;
+GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_dead_letters TO outbox_relay;
 GRANT SELECT ON outbox_identity TO outbox_relay;
 GRANT SELECT, INSERT, UPDATE ON outbox_published_floor TO outbox_relay;
 
 GRANT SELECT ON relay_alembic_version, relay_schema_compat TO outbox_mirror;
 GRANT SELECT, INSERT, UPDATE ON mirror_offsets TO outbox_mirror;
-GRANT SELECT, INSERT ON mirror_dead_letters TO outbox_mirror;
+GRANT SELECT, INSERT, UPDATE, DELETE ON mirror_dead_letters TO outbox_mirror;

@@ -1,0 +1,272 @@
+"""``relay dead-letters``: list, show, replay and discard the dead letters of the outbox
+(``outbox_dead_letters``) and of the mirror (``mirror_dead_letters``), I5.
+
+A replay goes through the normal path, one dead letter per database transaction:
+
+- outbox: the row is inserted again with the write API's INSERT (same topic, key, value,
+  event type and headers) and the dead letter deleted, together: the relay publishes it
+  once, as a new event with a new id and position, after the newer events of its key;
+- mirror: the stored raw record is decoded with the mapping and applied with the mirror's
+  version-guarded upserts (an older version never overwrites a newer row), and the dead
+  letter deleted, together.
+
+A replay that fails again keeps the dead letter, with the new error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import partial
+from typing import TYPE_CHECKING
+
+from relay.errors import ConfigurationError, DeadLetterError, InvalidEventError
+from relay.mirroring.decode import decode
+from relay.mirroring.mapping import load_mapping
+from relay.mirroring.types import Op, RecordHeaders, ResolvedTable
+from relay.postgres.dead_letters import (
+    DeadLetterRow,
+    DeadLetterTables,
+    MirrorDeadLetter,
+    MirrorReplayer,
+    OutboxDeadLetter,
+    Replayed,
+    Selection,
+    Source,
+    replay_outbox,
+)
+from relay.postgres.engine import database_errors, make_engine
+from relay.postgres.migrations import check_schema
+from relay.postgres.mirror_catalog import resolve_tables
+from relay.publishing.events import decode_headers
+from relay.runtime.secrets import Secret
+from relay.settings.loader import SettingsSource
+from relay.settings.mirror import MIRROR_ENV_PREFIX
+
+if TYPE_CHECKING:  # commands use the PostgreSQL adapter's engines, never SQLAlchemy itself
+    import sqlalchemy as sa
+    from sqlalchemy import Engine
+
+__all__ = [
+    "DeadLetterRow",
+    "Discarded",
+    "MirrorDeadLetter",
+    "MirrorOptions",
+    "OutboxDeadLetter",
+    "Replayed",
+    "Selection",
+    "Source",
+    "describe",
+    "discard",
+    "list_dead_letters",
+    "load_mirror_options",
+    "replay",
+    "replay_mapping",
+    "show",
+    "shown_bytes",
+    "shown_time",
+]
+
+SHOWN_BYTES = 200  # of a key, value or header, unless --full
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorOptions:
+    """The mirror's part: its mapping (needed to replay) and a consumer group to select."""
+
+    mapping_path: str | None = None
+    group: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Discarded:
+    deleted: tuple[int, ...]
+    missing: tuple[int, ...]  # ids asked for that are not dead letters
+
+
+def load_mirror_options(
+    overrides: Mapping[str, object], environ: Mapping[str, str] | None = None
+) -> MirrorOptions:
+    """``config`` (``--mapping``, ``RELAY_MIRROR_CONFIG``) and ``group`` (``--group``,
+    ``RELAY_MIRROR_GROUP``): flags win, as for ``relay mirror``."""
+    source = SettingsSource(overrides, environ, prefix=MIRROR_ENV_PREFIX)
+    return MirrorOptions(source.text("config") or None, source.non_empty("group"))
+
+
+@contextmanager
+def _tables(url: Secret) -> Iterator[tuple[Engine, DeadLetterTables]]:
+    engine = make_engine(url, pooled=False, application_name="relay-dead-letters")
+    try:
+        with database_errors(url, "connecting"), engine.connect():
+            pass
+        check_schema(engine, url)
+        yield engine, DeadLetterTables(engine, url)
+    finally:
+        engine.dispose()
+
+
+def list_dead_letters(
+    url: Secret, source: Source, selection: Selection, limit: int | None = None
+) -> list[DeadLetterRow]:
+    """The selected dead letters, oldest first, at most ``limit``."""
+    with _tables(url) as (_, tables):
+        return tables.rows(source, selection, limit)
+
+
+def show(url: Secret, source: Source, dead_letter_id: int) -> OutboxDeadLetter | MirrorDeadLetter:
+    """One dead letter, everything stored with it."""
+    with _tables(url) as (_, tables):
+        found = (
+            tables.outbox_letter(dead_letter_id)
+            if source == "outbox"
+            else tables.mirror_letter(dead_letter_id)
+        )
+    if found is None:
+        raise DeadLetterError(f"there is no {source} dead letter {dead_letter_id}")
+    return found
+
+
+def replay(
+    url: Secret, source: Source, selection: Selection, mirror: MirrorOptions | None = None
+) -> list[Replayed]:
+    """Replay the selected dead letters, each in a transaction of its own, in the order
+    their records were first written; ids asked for that are not dead letters come back
+    with ``found`` False."""
+    mapping_path = replay_mapping(source, mirror)
+    with _tables(url) as (engine, tables):
+        ids = tables.ids(source, selection)
+        missing = [Replayed(i, found=False) for i in _missing(selection, ids)]
+        if not ids:
+            return missing
+        if mapping_path is None:
+            return [replay_outbox(engine, url, i, outbox_refusal) for i in ids] + missing
+        mapped, reflected = _mapped_tables(engine, url, mapping_path)
+        replayer = MirrorReplayer(engine, url, mapped, reflected)
+        operations = partial(mirror_operations, mapped)
+        return [replayer.replay(i, operations) for i in ids] + missing
+
+
+def discard(url: Secret, source: Source, selection: Selection) -> Discarded:
+    """Delete the selected dead letters, in one transaction."""
+    with _tables(url) as (_, tables):
+        deleted = tables.discard(source, selection)
+    return Discarded(tuple(deleted), tuple(_missing(selection, deleted)))
+
+
+def _missing(selection: Selection, found: Sequence[int]) -> list[int]:
+    return sorted(set(selection.ids or ()) - set(found))
+
+
+def replay_mapping(source: Source, mirror: MirrorOptions | None) -> str | None:
+    """The mapping a replay of ``source``'s dead letters needs (outbox: none)."""
+    if source == "outbox":
+        return None
+    if mirror is None or mirror.mapping_path is None:
+        raise ConfigurationError(
+            "replaying the mirror's dead letters needs its mapping: set RELAY_MIRROR_CONFIG "
+            "or --mapping (the file `relay mirror` runs with)"
+        )
+    return mirror.mapping_path
+
+
+def _mapped_tables(
+    engine: Engine, url: Secret, mapping_path: str
+) -> tuple[tuple[ResolvedTable, ...], dict[str, sa.Table]]:
+    return resolve_tables(engine, url, load_mapping(mapping_path))
+
+
+def outbox_refusal(letter: OutboxDeadLetter) -> str | None:
+    """Why the dead letter cannot go back to the outbox as it is (None: it can): headers
+    that cannot become Kafka headers would only be dead-lettered again."""
+    try:
+        decode_headers(letter.headers)
+    except InvalidEventError as exc:
+        return str(exc)
+    return None
+
+
+def mirror_operations(
+    tables: Sequence[ResolvedTable], letter: MirrorDeadLetter
+) -> Sequence[Op] | str:
+    """The record's row operations, as the mirror decodes it, or why there are none."""
+    taking = [t for t in tables if letter.topic in t.mapping.topics]
+    if not taking:
+        return f"topic {letter.topic} is not in the mirror's mapping"
+    decoded = decode(letter.record(), taking)
+    if decoded.error is not None:
+        return decoded.error
+    if decoded.skipped:
+        return "no mapped table takes the record (its event-type header)"
+    return decoded.ops
+
+
+def shown_bytes(value: bytes | None, full: bool = False, limit: int = SHOWN_BYTES) -> str:
+    """Bytes shown safely on one line: UTF-8 text as it is (quoted and escaped when it
+    holds control characters), anything else as hex; cut after ``limit`` characters (hex:
+    digits) unless ``full``."""
+    if value is None:
+        return "(null)"
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError:
+        cut = not full and 2 * len(value) > limit
+        shown = "hex " + (value[: limit // 2] if cut else value).hex()
+    else:
+        text = text if text.isprintable() else repr(text)
+        cut = not full and len(text) > limit
+        shown = text[:limit] if cut else text
+    return f"{shown}... ({len(value):,} bytes; --full shows all)" if cut else shown
+
+
+def describe(
+    letter: OutboxDeadLetter | MirrorDeadLetter, full: bool = False
+) -> list[tuple[str, str]]:
+    """Everything stored with the dead letter, as (name, text) lines."""
+    if isinstance(letter, OutboxDeadLetter):
+        return [
+            ("id", str(letter.id)),
+            ("outbox id", str(letter.outbox_id)),
+            ("relay partition", str(letter.partition)),
+            ("seq", str(letter.seq)),
+            ("topic", letter.topic),
+            ("key", shown_bytes(letter.key, full)),
+            ("value", shown_bytes(letter.value, full)),
+            ("event type", "(none)" if letter.event_type is None else letter.event_type),
+            *_outbox_headers(letter.headers, full),
+            ("written at", shown_time(letter.created_at)),
+            ("dead-lettered at", shown_time(letter.dead_lettered_at)),
+            ("error", letter.error),
+        ]
+    return [
+        ("id", str(letter.id)),
+        ("consumer group", letter.group),
+        ("topic", letter.topic),
+        ("partition", str(letter.partition)),
+        ("offset", str(letter.offset)),
+        ("key", shown_bytes(letter.key, full)),
+        ("value", shown_bytes(letter.value, full)),
+        *_headers(letter.headers, full),
+        ("dead-lettered at", shown_time(letter.created_at)),
+        ("error", letter.error),
+    ]
+
+
+def _outbox_headers(stored: object, full: bool) -> list[tuple[str, str]]:
+    try:
+        headers: RecordHeaders = decode_headers(stored)
+    except InvalidEventError as exc:
+        return [("headers", f"{shown_bytes(repr(stored).encode(), full)} (unreadable: {exc})")]
+    return _headers(headers, full)
+
+
+def _headers(headers: RecordHeaders, full: bool) -> list[tuple[str, str]]:
+    if not headers:
+        return [("headers", "(none)")]
+    return [(f"header {name!r}", shown_bytes(value, full)) for name, value in headers]
+
+
+def shown_time(moment: datetime) -> str:
+    """UTC, ISO 8601 with milliseconds."""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds")
