@@ -117,7 +117,13 @@ DECLARE
   me xid8 := pg_current_xact_id();
   lo bigint;
   hi bigint;
-  part record;
+  parts integer[];
+  keys bigint[];
+  lows bigint[];
+  spans bigint[];
+  los bigint[];
+  his bigint[];
+  by_key integer[] := '{{}}';
   key_lock integer;
   first bigint;
 BEGIN
@@ -150,40 +156,46 @@ BEGIN
       (pending[4]::integer, first, first + pending[5]::bigint - 1, first, me, lo, hi);
     RETURN NULL;
   END IF;
-  FOR part IN
-    SELECT o.partition, count(DISTINCT o.key) AS keys
+  -- Several partitions or keys: the transaction's own rows, read by their id range (one
+  -- aggregate, then the key hashes of the partitions locked key by key).
+  SELECT array_agg(s.partition ORDER BY s.partition), array_agg(s.keys ORDER BY s.partition),
+         array_agg(s.low ORDER BY s.partition), array_agg(s.span ORDER BY s.partition),
+         array_agg(s.lo ORDER BY s.partition), array_agg(s.hi ORDER BY s.partition)
+  INTO parts, keys, lows, spans, los, his
+  FROM (
+    SELECT o.partition, count(DISTINCT o.key) AS keys, min(o.ordinal) AS low,
+           max(o.ordinal) - min(o.ordinal) + 1 AS span, min(o.id) AS lo, max(o.id) AS hi
     FROM outbox o WHERE o.id BETWEEN lo AND hi AND o.txid = me
-    GROUP BY o.partition ORDER BY o.partition
-  LOOP
-    IF part.keys > {MAX_KEY_LOCKS} THEN
-      PERFORM pg_advisory_xact_lock({PARTITION_LOCK_CLASS}, part.partition);
+    GROUP BY o.partition
+  ) s;
+  IF parts IS NULL THEN
+    RETURN NULL;  -- the rows were deleted before the commit
+  END IF;
+  FOR i IN 1 .. cardinality(parts) LOOP
+    IF keys[i] > {MAX_KEY_LOCKS} THEN
+      PERFORM pg_advisory_xact_lock({PARTITION_LOCK_CLASS}, parts[i]);
     ELSE
-      PERFORM pg_advisory_xact_lock_shared({PARTITION_LOCK_CLASS}, part.partition);
+      PERFORM pg_advisory_xact_lock_shared({PARTITION_LOCK_CLASS}, parts[i]);
+      by_key := by_key || parts[i];
     END IF;
   END LOOP;
-  FOR key_lock IN
-    SELECT DISTINCT ('x' || substr(encode(sha256(o.key), 'hex'), 1, 8))::bit(32)::integer
-    FROM outbox o
-    WHERE o.id BETWEEN lo AND hi AND o.txid = me AND o.key IS NOT NULL
-      AND o.partition IN (
-        SELECT c.partition FROM outbox c WHERE c.id BETWEEN lo AND hi AND c.txid = me
-        GROUP BY c.partition
-        HAVING count(DISTINCT c.key) <= {MAX_KEY_LOCKS})
-    ORDER BY 1
-  LOOP
-    PERFORM pg_advisory_xact_lock({KEY_LOCK_CLASS}, key_lock);
-  END LOOP;
-  FOR part IN
-    SELECT o.partition, min(o.ordinal) AS low, max(o.ordinal) - min(o.ordinal) + 1 AS span,
-           min(o.id) AS lo, max(o.id) AS hi
-    FROM outbox o WHERE o.id BETWEEN lo AND hi AND o.txid = me
-    GROUP BY o.partition ORDER BY o.partition
-  LOOP
+  IF cardinality(by_key) > 0 THEN
+    FOR key_lock IN
+      SELECT DISTINCT ('x' || substr(encode(sha256(o.key), 'hex'), 1, 8))::bit(32)::integer
+      FROM outbox o
+      WHERE o.id BETWEEN lo AND hi AND o.txid = me AND o.key IS NOT NULL
+        AND o.partition = ANY(by_key)
+      ORDER BY 1
+    LOOP
+      PERFORM pg_advisory_xact_lock({KEY_LOCK_CLASS}, key_lock);
+    END LOOP;
+  END IF;
+  FOR i IN 1 .. cardinality(parts) LOOP
     SELECT min(v) INTO first FROM (
-      SELECT nextval('outbox_seq') AS v FROM generate_series(1, part.span)
+      SELECT nextval('outbox_seq') AS v FROM generate_series(1, spans[i])
     ) drawn;
     INSERT INTO outbox_commits VALUES
-      (part.partition, first, first + part.span - 1, first - part.low, me, part.lo, part.hi);
+      (parts[i], first, first + spans[i] - 1, first - lows[i], me, los[i], his[i]);
   END LOOP;
   RETURN NULL;
 END
