@@ -64,15 +64,7 @@ def _downgrade(args: argparse.Namespace) -> int:
 
 def _current(args: argparse.Namespace) -> int:
     revision = db.current(database_url_from_args(args))
-    if revision.up_to_date:
-        state = "up to date"
-    elif not revision.newer:
-        state = f"needs upgrade to {revision.head}"
-    elif revision.compatible:
-        state = f"newer than {revision.head}; runs relays of {revision.oldest_compatible} or later"
-    else:
-        state = f"newer than {revision.head} and not compatible with it: upgrade the relay"
-    print(f"{revision.current or '(empty)'} ({state})")
+    print(f"{revision.current or '(empty)'} ({revision.state()})")
     return 0
 
 

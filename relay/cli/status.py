@@ -162,10 +162,8 @@ def render_json(report: StatusReport, options: StatusOptions, failed: list[str])
 
 
 def _schema_state(schema: SchemaRevision) -> str:
-    if schema.up_to_date:
-        return "up to date"
-    if schema.compatible:
-        return f"newer than {schema.head}; runs relays of {schema.oldest_compatible} or later"
+    if schema.up_to_date or schema.compatible:
+        return schema.state()
     return schema.problem() or "unknown"
 
 

@@ -264,7 +264,7 @@ class MirrorReplayer(PostgresMirrorStore):
     def _apply(self, conn: Connection, ops: Sequence[Op]) -> str | None:
         try:
             with conn.begin_nested():
-                self._run(conn, ops)
+                self.run_operations(conn, ops)
         except DBAPIError as exc:
             if is_transient(exc):
                 raise

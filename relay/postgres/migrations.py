@@ -107,6 +107,16 @@ class SchemaRevision:
     def up_to_date(self) -> bool:
         return self.current == self.head
 
+    def state(self) -> str:
+        """The revision's state in a few words, as `relay db current` shows it."""
+        if self.up_to_date:
+            return "up to date"
+        if not self.newer:
+            return f"needs upgrade to {self.head}"
+        if self.compatible:
+            return f"newer than {self.head}; runs relays of {self.oldest_compatible} or later"
+        return f"newer than {self.head} and not compatible with it: upgrade the relay"
+
     def problem(self) -> str | None:
         """Why a relay of this package may not run on the schema; None when it may."""
         if self.up_to_date or self.compatible:

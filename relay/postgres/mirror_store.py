@@ -161,7 +161,7 @@ class PostgresMirrorStore:
         with_ops = [item for item in items if item.ops]
         try:
             with conn.begin_nested():
-                self._run(conn, [op for item in with_ops for op in item.ops])
+                self.run_operations(conn, [op for item in with_ops for op in item.ops])
             return len(with_ops), dead
         except DBAPIError as exc:
             if _record_fault(exc) is None:
@@ -170,7 +170,7 @@ class PostgresMirrorStore:
         for item in with_ops:  # one savepoint per record: the good ones still apply
             try:
                 with conn.begin_nested():
-                    self._run(conn, item.ops)
+                    self.run_operations(conn, item.ops)
                 applied += 1
             except DBAPIError as exc:
                 fault = _record_fault(exc)
@@ -187,7 +187,7 @@ class PostgresMirrorStore:
         dead.sort(key=lambda d: d.record.offset)
         return applied, dead
 
-    def _run(self, conn: Connection, ops: Sequence[Op]) -> None:
+    def run_operations(self, conn: Connection, ops: Sequence[Op]) -> None:
         """Consecutive operations of one kind on one table go as one executemany, in
         record order (psycopg pipelines them); a key may repeat within a run."""
         for (kind, table, guarded), run in groupby(ops, key=_run_key):
