@@ -229,6 +229,7 @@ class KafkaTransactionalPublisher:
                         record.value,
                         record.key,
                         headers=headers,
+                        timestamp=record.timestamp_ms,
                         on_delivery=on_delivery,
                     )
                     break

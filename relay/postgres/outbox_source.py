@@ -21,13 +21,15 @@ from relay.runtime.secrets import Secret
 # of their transaction's marker in outbox_commits.
 _FETCH = text(
     """
-    SELECT r.id, r.seq, r.topic, r.key, r.value, r.event_type, r.headers::text
+    SELECT r.id, r.seq, r.topic, r.key, r.value, r.event_type, r.headers::text,
+           (extract(epoch FROM r.created_at) * 1000)::int8
     FROM (
-      SELECT o.id, o.seq, o.topic, o.key, o.value, o.event_type, o.headers
+      SELECT o.id, o.seq, o.topic, o.key, o.value, o.event_type, o.headers, o.created_at
       FROM outbox o
       WHERE o.partition = :partition AND o.seq > :after AND o.seq <= :up_to
       UNION ALL
-      SELECT o.id, m.base + o.ordinal, o.topic, o.key, o.value, o.event_type, o.headers
+      SELECT o.id, m.base + o.ordinal, o.topic, o.key, o.value, o.event_type, o.headers,
+             o.created_at
       FROM (
         SELECT base, txid, first_id, last_id FROM outbox_commits
         WHERE partition = :partition AND last_seq > :after AND first_seq <= :up_to
@@ -183,7 +185,7 @@ class PostgresOutboxSource:
         records: list[OutboxRecord] = []
         unreadable: dict[int, str] = {}
         append = records.append
-        for outbox_id, seq, topic, key, value, event_type, headers_json in rows:
+        for outbox_id, seq, topic, key, value, event_type, headers_json, at_ms in rows:
             if headers_json == "[]":  # most rows: no headers of the event's own
                 headers: Headers = ()
             else:
@@ -192,7 +194,11 @@ class PostgresOutboxSource:
                 except InvalidEventError as exc:
                     unreadable[outbox_id] = str(exc)
                     continue
-            append(OutboxRecord(outbox_id, partition, seq, topic, key, value, event_type, headers))
+            append(
+                OutboxRecord(
+                    outbox_id, partition, seq, topic, key, value, event_type, headers, at_ms
+                )
+            )
         if unreadable:
             self._dead_letter_unreadable(partition, unreadable)
         return records

@@ -20,6 +20,9 @@ class OutboxRecord:
     value: bytes | None
     event_type: str | None
     headers: Headers
+    # The event time: the row's created_at in milliseconds since the epoch, published as
+    # the record's Kafka timestamp; 0 lets the producer stamp the record when it sends it.
+    timestamp_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,9 +63,10 @@ class MemoryHarness:
             outbox_id = next(self._ids)
             value, event_type, headers = event_fields(outbox_id)
             key = b"key-%d" % outbox_id
+            seq = next(self._seqs)
             records.append(
                 OutboxRecord(
-                    outbox_id, partition, next(self._seqs), TOPIC, key, value, event_type, headers
+                    outbox_id, partition, seq, TOPIC, key, value, event_type, headers, seq * 1000
                 )
             )
         self.outbox.add(*records)
@@ -99,8 +100,10 @@ class PostgresHarness:
         with self._engine.connect() as conn:
             rows = conn.execute(
                 sa.text(
-                    "SELECT id, partition, position AS seq FROM outbox_positions "
-                    "WHERE id > :last ORDER BY id"
+                    "SELECT p.id, p.partition, p.position AS seq, "
+                    "(extract(epoch FROM o.created_at) * 1000)::int8 AS at_ms "
+                    "FROM outbox_positions p JOIN outbox o ON o.id = p.id "
+                    "WHERE p.id > :last ORDER BY p.id"
                 ),
                 {"last": self._last_id},
             ).all()
@@ -108,7 +111,7 @@ class PostgresHarness:
         assert {row.partition for row in rows} == {partition}
         self._last_id = rows[-1].id
         return [
-            OutboxRecord(row.id, row.partition, row.seq, TOPIC, *fields)
+            OutboxRecord(row.id, row.partition, row.seq, TOPIC, *fields, row.at_ms)
             for row, fields in zip(rows, expected, strict=True)
         ]
 

@@ -143,6 +143,7 @@ class Consumed:
     key: bytes | None
     value: bytes | None
     headers: Mapping[str, bytes]
+    timestamp: tuple[int, int] = (0, 0)  # (confluent_kafka.TIMESTAMP_*, milliseconds)
 
     @property
     def outbox_id(self) -> int:
@@ -195,6 +196,7 @@ def read_committed(bootstrap: str, topic: str, timeout: float = 60) -> list[Cons
                     msg.key(),
                     msg.value(),
                     {k: v for k, v in (msg.headers() or [])},
+                    msg.timestamp(),
                 )
             )
         return sorted(records, key=lambda r: (r.partition, r.offset))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
+from confluent_kafka import TIMESTAMP_CREATE_TIME
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from sqlalchemy.pool import NullPool
 
@@ -109,3 +110,30 @@ def test_outbox_transactions_commit_durably_even_with_synchronous_commit_off(
         conn.execute(sa.text("SET LOCAL synchronous_commit = off"))
         assert conn.execute(sa.text("SHOW synchronous_commit")).scalar_one() == "off"
     engine.dispose()
+
+
+def test_records_carry_the_event_time_as_their_kafka_timestamp(
+    relay_env: RelayTestEnv, topic: str
+) -> None:
+    """A record's Kafka timestamp is its row's created_at (CreateTime), not the time the
+    relay happened to publish it, so consumers and retention see when the event happened."""
+    relay_env.sql(
+        "INSERT INTO outbox (topic, key, value, created_at) VALUES "
+        f"('{topic}', 'old', 'a', '2024-02-29 12:34:56.789+00'), "
+        f"('{topic}', 'now', 'b', now())"
+    )
+    written = {
+        key: int(ms)
+        for key, ms in relay_env.sql(
+            "SELECT key, (extract(epoch FROM created_at) * 1000)::int8 FROM outbox"
+        )
+    }
+    result = run_relay(relay_env, "run", "--once")
+    assert result.returncode == 0, result.stderr
+
+    consumed = {r.key: r.timestamp for r in read_committed(relay_env.bootstrap_servers, topic)}
+    assert consumed == {
+        b"old": (TIMESTAMP_CREATE_TIME, 1709210096789),
+        b"now": (TIMESTAMP_CREATE_TIME, written[b"now"]),
+    }
+    assert written[b"old"] == 1709210096789
