@@ -127,12 +127,19 @@ def start_relay(
         )
 
 
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll ``condition`` until it holds; fail with ``what`` after ``timeout`` seconds."""
+def wait_until(
+    condition: Callable[[], bool],
+    timeout: float,
+    what: str,
+    explain: Callable[[], str] | None = None,
+) -> None:
+    """Poll ``condition`` until it holds; fail with ``what`` (and what ``explain`` returns
+    then, e.g. a process's log) after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+            details = f"\n{explain()}" if explain is not None else ""
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}{details}")
         time.sleep(0.05)
 
 
