@@ -24,6 +24,7 @@ failed (its report is printed all the same).
     │   └── ProducerFencedError (5)
     ├── RetriableError                 try the same work again
     │   ├── AmbiguousCommitError       a transaction's outcome unknown: rebuild, re-read
+    │   ├── TransactionTimedOutError   the broker aborted a batch for its age: retry smaller
     │   ├── RecordMayHealError         a record refused for now (e.g. parent not there yet)
     │   └── TopicMissingError
     ├── InvalidEventError              an event the write API cannot store
@@ -106,9 +107,10 @@ class KafkaAuthenticationError(KafkaError):
 
 
 class ProducerFencedError(KafkaError):
-    """Another relay instance took over this relay partition, or this instance's
-    transaction outlasted ``transaction.timeout.ms`` and the broker aborted it (the two look
-    the same to the producer); this instance must stop."""
+    """Another relay instance took over this relay partition; this instance must stop.
+    (The producer sees a transaction that outlasted ``transaction.timeout.ms`` the same
+    way; the relay tells the two apart by the transaction's age:
+    :class:`TransactionTimedOutError`.)"""
 
     exit_code = 5
 
@@ -123,6 +125,13 @@ class AmbiguousCommitError(RetriableError):
     The batch may or may not be committed. The producer is unusable: the relay drops it,
     builds a new one with the same ``transactional.id`` (whose ``init_transactions()``
     settles the pending transaction on the broker) and reads the position again."""
+
+
+class TransactionTimedOutError(RetriableError):
+    """A batch's Kafka transaction was open for ``transaction.timeout.ms`` or longer and the
+    broker aborted it (and fenced the producer). Nothing of it is visible: the relay
+    rebuilds the producer, fences, reads the position again and retries with smaller
+    batches (relay.publishing.batch_limits)."""
 
 
 class RecordMayHealError(RetriableError):

@@ -27,7 +27,8 @@ from relay.postgres.outbox_source import (
     stranded_rows,
 )
 from relay.postgres.outbox_status import outbox_status
-from relay.publishing.partition_relay import PartitionRelay, RelayObserver
+from relay.publishing.partition_relay import PartitionRelay
+from relay.publishing.ports import RelayObserver
 from relay.publishing.types import DrainResult, PositionOwner
 from relay.runtime.clock import Clock, SystemClock
 from relay.runtime.failpoints import Failpoints
@@ -105,6 +106,7 @@ def build_partition_relay(
         owner=owner,
         batch_size=settings.batch_size,
         batch_bytes=settings.batch_bytes,
+        transaction_timeout_s=settings.kafka.transaction_timeout_ms / 1000,
         cleanup=settings.cleanup,
         retry=retry,
         clock=clock,

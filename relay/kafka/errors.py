@@ -28,6 +28,23 @@ AMBIGUOUS_CODES = frozenset(
 )
 
 
+# Failures of a request that the same call can get past once the broker answers again
+# (a paused or restarting broker, a coordinator that moved): librdkafka does not always
+# flag them retriable, e.g. a committed-offsets lookup that timed out.
+TRANSIENT_CODES = frozenset(
+    {
+        LibKafkaError._TIMED_OUT,
+        LibKafkaError._TRANSPORT,
+        LibKafkaError._ALL_BROKERS_DOWN,
+        LibKafkaError._WAIT_COORD,
+        LibKafkaError.REQUEST_TIMED_OUT,
+        LibKafkaError.COORDINATOR_NOT_AVAILABLE,
+        LibKafkaError.NOT_COORDINATOR,
+        LibKafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    }
+)
+
+
 def lib_error(exc: BaseException) -> LibKafkaError | None:
     if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], LibKafkaError):
         return exc.args[0]
@@ -56,7 +73,7 @@ def translate(exc: BaseException, doing: str, partition: int | None = None) -> E
         )
     if err.fatal():
         return KafkaError(text, code=err.name())
-    if err.txn_requires_abort() or err.retriable():
+    if err.txn_requires_abort() or err.retriable() or err.code() in TRANSIENT_CODES:
         return RetriableError(text)
     return KafkaError(text, code=err.name())
 

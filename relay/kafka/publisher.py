@@ -26,7 +26,13 @@ from relay.errors import (
     UndeliverableEventError,
 )
 from relay.kafka.admin import admin_client
-from relay.kafka.errors import kafka_reason, lib_error, translate, translate_transactional
+from relay.kafka.errors import (
+    TRANSIENT_CODES,
+    kafka_reason,
+    lib_error,
+    translate,
+    translate_transactional,
+)
 from relay.kafka.positions import committed_position, positions_consumer
 from relay.kafka.topics import TOPIC_MISSING, TopicGuard, headers_bound
 from relay.publishing.types import CommittedPosition, OutboxRecord, PositionOwner
@@ -181,7 +187,8 @@ class KafkaTransactionalPublisher:
             raise translate(exc, "reading the committed position", self._partition) from None
         tp = committed[0]
         if tp.error is not None:
-            raise KafkaError(
+            failed = RetriableError if tp.error.code() in TRANSIENT_CODES else KafkaError
+            raise failed(
                 f"relay partition {self._partition}: reading the committed position failed: "
                 f"{tp.error.str()}"
             )

@@ -24,16 +24,24 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from typing import Protocol
 
 from relay.errors import (
     AmbiguousCommitError,
     GaveUpError,
     PositionsMismatchError,
+    ProducerFencedError,
+    RelayError,
     RetriableError,
+    TransactionTimedOutError,
     UndeliverableEventError,
 )
-from relay.publishing.ports import OutboxSource, TransactionalPublisher
+from relay.publishing.batch_limits import BatchLimits
+from relay.publishing.ports import (
+    NoObserver,
+    OutboxSource,
+    RelayObserver,
+    TransactionalPublisher,
+)
 from relay.publishing.types import (
     BatchResult,
     CommittedPosition,
@@ -48,44 +56,6 @@ from relay.runtime.retry import RetryPolicy
 log = logging.getLogger(__name__)
 
 
-class RelayObserver(Protocol):
-    """Told what a relay partition does, for metrics and readiness
-    (relay.runtime.metrics.OutboxMetrics); it changes nothing the relay does."""
-
-    def running(self, partition: int, position: int) -> None:
-        """Started at ``position``, or a batch attempt succeeded (published or found
-        nothing): not retrying."""
-
-    def transaction(self, partition: int, committed: bool) -> None:
-        """A Kafka transaction (a batch, or a keep-alive of the position) ended."""
-
-    def published(self, partition: int, records: int, seconds: float) -> None:
-        """A batch committed ``records`` rows, ``seconds`` after its fetch began."""
-
-    def retrying(self, partition: int) -> None:
-        """A batch failed with a transient error and waits to be tried again."""
-
-    def dead_lettered(self, partition: int, rows: int) -> None:
-        """Kafka refused ``rows`` for good; they moved to outbox_dead_letters."""
-
-
-class _Unobserved:
-    def running(self, partition: int, position: int) -> None:
-        pass
-
-    def transaction(self, partition: int, committed: bool) -> None:
-        pass
-
-    def published(self, partition: int, records: int, seconds: float) -> None:
-        pass
-
-    def retrying(self, partition: int) -> None:
-        pass
-
-    def dead_lettered(self, partition: int, rows: int) -> None:
-        pass
-
-
 class PartitionRelay:
     """Publishes the committed outbox rows of one relay partition to Kafka, exactly once."""
 
@@ -98,6 +68,7 @@ class PartitionRelay:
         owner: PositionOwner,
         batch_size: int = 5000,
         batch_bytes: int = 16 * 1024 * 1024,
+        transaction_timeout_s: float | None = None,
         cleanup: bool = True,
         retry: RetryPolicy | None = None,
         clock: Clock | None = None,
@@ -108,13 +79,12 @@ class PartitionRelay:
         self._source = source
         self._publisher = publisher
         self._owner = owner
-        self._batch_size = batch_size
-        self._batch_bytes = batch_bytes
+        self._limits = BatchLimits(batch_size, batch_bytes, transaction_timeout_s)
         self._cleanup = cleanup
         self._retry = retry or RetryPolicy()
         self._clock = clock or SystemClock()
         self._failpoints = failpoints or NO_FAILPOINTS
-        self._observer = observer or _Unobserved()
+        self._observer = observer or NoObserver()
         self._position: int | None = None
         self._committed_at = 0.0  # clock time of the last commit of the position
         self._unsettled = False  # a transaction's outcome is unknown: restart first
@@ -198,6 +168,29 @@ class PartitionRelay:
             self._unsettled = True
             raise
 
+    def _fenced(
+        self, exc: ProducerFencedError, records: Sequence[OutboxRecord], open_s: float
+    ) -> RelayError:
+        """A fence during a batch's transaction: the broker's transaction timeout when the
+        transaction was open that long (retry smaller), else another instance took over
+        (stop). See :mod:`relay.publishing.batch_limits`."""
+        first, last = records[0].seq, records[-1].seq
+        if self._limits.timed_out(open_s, records):
+            self._unsettled = True  # the fenced producer is unusable: rebuild and fence
+            self._observer.transaction(self.partition, committed=False)
+            return TransactionTimedOutError(
+                f"relay partition {self.partition}: the Kafka transaction of seq "
+                f"{first}..{last} ({len(records)} rows) was open {open_s:.1f} s, as long as "
+                "transaction.timeout.ms or longer, and the broker aborted it; next batches "
+                f"carry at most {self._limits.rows} rows and {self._limits.bytes} bytes"
+            )
+        return ProducerFencedError(
+            f"relay partition {self.partition}: fenced {open_s:.1f} s into a transaction, "
+            "before transaction.timeout.ms: another relay instance initialised this "
+            "partition's transactional id and took the partition over; this instance stops",
+            code=exc.code,
+        )
+
     def keep_alive(self) -> None:
         """Commit the unchanged position again, so that the broker's offset retention
         (``offsets.retention.minutes``) never expires an idle partition's position."""
@@ -262,9 +255,7 @@ class PartitionRelay:
                 log.warning(
                     "relay partition %d: %s (%s); retrying in %.1f s",
                     self.partition,
-                    "batch in doubt, restarting the producer"
-                    if self._unsettled
-                    else "batch aborted",
+                    _what_failed(exc, self._unsettled),
                     exc,
                     delay,
                 )
@@ -279,12 +270,13 @@ class PartitionRelay:
         began = self._clock.monotonic()
         self._settle_first()
         position = self.position
-        records = self._source.fetch(self.partition, position, self._batch_size, up_to_seq)
+        records = self._source.fetch(self.partition, position, self._limits.rows, up_to_seq)
         if not records:
             return None
-        records = _within_bytes(records, self._batch_bytes)
+        records = self._limits.take(records)
         last_seq = records[-1].seq
         self._publisher.begin()
+        opened = self._clock.monotonic()
         try:
             self._publisher.send(records)
             self._failpoints.hit("after_produce", self.partition)
@@ -293,8 +285,11 @@ class PartitionRelay:
         except (RetriableError, UndeliverableEventError) as exc:
             self._transaction_failed(exc)
             raise
+        except ProducerFencedError as exc:
+            raise self._fenced(exc, records, self._clock.monotonic() - opened) from None
         self._position = last_seq
         self._committed_at = self._clock.monotonic()
+        self._limits.committed(self._committed_at - opened)
         self._observer.transaction(self.partition, committed=True)
         self._observer.published(self.partition, len(records), self._committed_at - began)
         self._failpoints.hit("after_commit", self.partition)
@@ -321,12 +316,7 @@ class PartitionRelay:
         self._publisher.close()
 
 
-def _within_bytes(records: Sequence[OutboxRecord], limit: int) -> Sequence[OutboxRecord]:
-    """The leading records whose keys and values fit in ``limit`` bytes (at least one), so
-    that a batch of large rows stays well inside transaction.timeout.ms."""
-    total = 0
-    for count, record in enumerate(records):
-        total += len(record.key or b"") + len(record.value or b"")
-        if total > limit and count > 0:
-            return records[:count]
-    return records
+def _what_failed(exc: RetriableError, unsettled: bool) -> str:
+    if isinstance(exc, TransactionTimedOutError):
+        return "batch timed out, restarting the producer with a smaller batch"
+    return "batch in doubt, restarting the producer" if unsettled else "batch aborted"

@@ -90,3 +90,43 @@ class TransactionalPublisher(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class RelayObserver(Protocol):
+    """Told what a relay partition does, for metrics and readiness
+    (relay.runtime.metrics.OutboxMetrics); it changes nothing the relay does."""
+
+    def running(self, partition: int, position: int) -> None:
+        """Started at ``position``, or a batch attempt succeeded (published or found
+        nothing): not retrying."""
+
+    def transaction(self, partition: int, committed: bool) -> None:
+        """A Kafka transaction (a batch, or a keep-alive of the position) ended."""
+
+    def published(self, partition: int, records: int, seconds: float) -> None:
+        """A batch committed ``records`` rows, ``seconds`` after its fetch began."""
+
+    def retrying(self, partition: int) -> None:
+        """A batch failed with a transient error and waits to be tried again."""
+
+    def dead_lettered(self, partition: int, rows: int) -> None:
+        """Kafka refused ``rows`` for good; they moved to outbox_dead_letters."""
+
+
+class NoObserver:
+    """The observer of a relay nobody watches."""
+
+    def running(self, partition: int, position: int) -> None:
+        pass
+
+    def transaction(self, partition: int, committed: bool) -> None:
+        pass
+
+    def published(self, partition: int, records: int, seconds: float) -> None:
+        pass
+
+    def retrying(self, partition: int) -> None:
+        pass
+
+    def dead_lettered(self, partition: int, rows: int) -> None:
+        pass

@@ -6,12 +6,16 @@ happens unless ``RELAY_FAILPOINTS`` names the point, e.g.::
     RELAY_FAILPOINTS="after_produce=kill"               # SIGKILL this process there
     RELAY_FAILPOINTS="before_commit=stop,partition=3"   # SIGSTOP itself (a zombie to fence)
     RELAY_FAILPOINTS="after_commit=raise,once=/tmp/f"   # raise once, across processes
+    RELAY_FAILPOINTS="before_commit=hold,once=/tmp/f"   # block there until /tmp/f.release
 
 Several specs are separated by ``;``. ``once=PATH`` fires only for the process that
-creates PATH first, and writes its pid there. Points: ``startup`` (fenced, position
-read, nothing published), ``after_produce`` (records sent inside the open Kafka
-transaction), ``before_commit`` (same place, for pausing), ``after_commit`` (Kafka
-committed, DB housekeeping not done).
+creates PATH first, and writes its pid there. ``hold`` (which needs ``once``) blocks the
+calling thread until a file ``PATH.release`` exists, while the process's other threads
+(librdkafka's among them) go on: a transaction kept open as long as a test needs.
+
+Points: ``startup`` (fenced, position read, nothing published), ``after_produce``
+(records sent inside the open Kafka transaction), ``before_commit`` (same place, for
+pausing), ``after_commit`` (Kafka committed, DB housekeeping not done).
 
 The mirror (``relay mirror``, ``jobs/mirror.py``) has points of its own, where
 ``partition`` is the Kafka partition: ``mirror_before_apply`` (a batch fetched and
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -41,7 +46,9 @@ POINTS = frozenset(
         "mirror_after_commit",
     }
 )
-ACTIONS = frozenset({"kill", "stop", "raise"})
+ACTIONS = frozenset({"kill", "stop", "raise", "hold"})
+RELEASE_SUFFIX = ".release"  # `hold` ends when PATH + this exists
+_HOLD_POLL_S = 0.05
 ENV_VAR = "RELAY_FAILPOINTS"
 
 
@@ -73,6 +80,8 @@ def parse(text: str) -> tuple[FailpointSpec, ...]:
                 once_path = value
             else:
                 raise ConfigurationError(f"{ENV_VAR}: unknown option {option!r} in {chunk!r}")
+        if action == "hold" and once_path is None:
+            raise ConfigurationError(f"{ENV_VAR}: {chunk!r}: hold needs once=PATH")
         specs.append(FailpointSpec(point, action, partition, once_path))
     return tuple(specs)
 
@@ -104,6 +113,10 @@ class Failpoints:
                 os.kill(os.getpid(), signal.SIGKILL)
             elif spec.action == "stop":
                 os.kill(os.getpid(), signal.SIGSTOP)
+            elif spec.action == "hold" and spec.once_path is not None:
+                release = spec.once_path + RELEASE_SUFFIX
+                while not os.path.exists(release):
+                    time.sleep(_HOLD_POLL_S)
             else:
                 raise FailpointError(f"failpoint {point} fired on relay partition {partition}")
 

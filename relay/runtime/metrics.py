@@ -170,7 +170,7 @@ class OutboxMetrics(ProcessMetrics):
         with self._lock:
             return dict(self._positions)
 
-    # -- RelayObserver (relay.publishing.partition_relay) -----------------------------
+    # -- RelayObserver (relay.publishing.ports) ----------------------------------------
 
     def running(self, partition: int, position: int) -> None:
         with self._lock:

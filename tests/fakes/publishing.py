@@ -121,6 +121,12 @@ class MemoryKafka:
     # committed the transaction (True) or not (False); the producer is unusable until reset.
     ambiguous_next_commits: list[bool] = field(default_factory=list)
     topics: dict[str, MemoryTopic] | None = None
+    # With a clock: sending takes this long per record, and a transaction still open
+    # transaction_timeout_s after it began is aborted by the broker, which bumps the
+    # producer's epoch (the producer finds itself fenced when it commits).
+    clock: FakeClock | None = None
+    send_seconds_per_record: float = 0.0
+    transaction_timeout_s: float | None = None
 
     def publisher(self, partition: int, owner: PositionOwner = OWNER) -> MemoryPublisher:
         return MemoryPublisher(self, partition, owner)
@@ -141,6 +147,7 @@ class MemoryPublisher:
     closed: bool = False
     stuck: bool = False  # after an ambiguous commit, like librdkafka's _STATE errors
     resets: int = 0
+    began: float = 0.0
 
     def fence(self) -> CommittedPosition:
         if self.epoch is None:
@@ -162,6 +169,8 @@ class MemoryPublisher:
         self._check_fenced()
         self._check_usable()
         self.pending = []
+        if self.kafka.clock is not None:
+            self.began = self.kafka.clock.now
 
     def send(self, records: Sequence[OutboxRecord]) -> None:
         assert self.pending is not None
@@ -172,6 +181,8 @@ class MemoryPublisher:
                 f"Kafka refuses outbox rows {list(ids)}", ids, refused[ids[0]]
             )
         self.pending.extend(records)
+        if self.kafka.clock is not None:
+            self.kafka.clock.now += self.kafka.send_seconds_per_record * len(records)
 
     def _refused(self, records: Sequence[OutboxRecord]) -> dict[int, str]:
         """Like the adapter's topic check: a missing topic raises, records a topic can
@@ -196,6 +207,10 @@ class MemoryPublisher:
 
     def commit(self, position: int) -> None:
         self._check_fenced()
+        clock, timeout = self.kafka.clock, self.kafka.transaction_timeout_s
+        if clock is not None and timeout is not None and clock.now - self.began >= timeout:
+            self.kafka.epochs[self.partition] = self.kafka.epochs.get(self.partition, 0) + 1
+            self.pending = None  # the broker aborted the transaction
         if self.kafka.epochs.get(self.partition) != self.epoch:
             self.fenced = True
             raise ProducerFencedError("fenced")

@@ -1,0 +1,51 @@
+"""Which librdkafka failures the relay tries again and which stop it (relay.kafka.errors)."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError as LibKafkaError
+from confluent_kafka import KafkaException
+
+from relay.errors import AmbiguousCommitError, KafkaError, ProducerFencedError, RetriableError
+from relay.kafka.errors import translate, translate_transactional
+
+
+def failure(code: int, text: str = "it failed", *, fatal: bool = False) -> KafkaException:
+    return KafkaException(LibKafkaError(code, text, fatal=fatal))
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        LibKafkaError._TIMED_OUT,  # e.g. "Failed to get committed offsets: Local: Timed out"
+        LibKafkaError._TRANSPORT,
+        LibKafkaError._ALL_BROKERS_DOWN,
+        LibKafkaError.NOT_COORDINATOR,
+        LibKafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    ],
+)
+def test_a_broker_that_does_not_answer_for_now_is_retried(code: int) -> None:
+    error = translate(failure(code), "reading the committed position", 2)
+    assert type(error) is RetriableError
+    assert str(error).startswith("relay partition 2: reading the committed position failed")
+
+
+def test_a_fatal_error_is_not_retried() -> None:
+    error = translate(failure(LibKafkaError._TIMED_OUT, fatal=True), "committing", 0)
+    assert type(error) is KafkaError
+
+
+def test_fenced_codes_are_fenced() -> None:
+    error = translate(failure(LibKafkaError._FENCED, fatal=True), "commit_transaction", 0)
+    assert isinstance(error, ProducerFencedError)
+    assert error.exit_code == 5
+
+
+def test_a_transactional_call_that_times_out_is_ambiguous() -> None:
+    error = translate_transactional(failure(LibKafkaError._TIMED_OUT), "abort_transaction", 1)
+    assert isinstance(error, AmbiguousCommitError)
+
+
+def test_an_unknown_topic_is_not_transient() -> None:
+    error = translate(failure(LibKafkaError.TOPIC_AUTHORIZATION_FAILED), "producing", 0)
+    assert type(error) is KafkaError
