@@ -1,8 +1,10 @@
 """`relay` command line: a thin shell over the command API (:mod:`relay.commands`).
 
-One module per subcommand registers its parser here and nowhere else. Domain errors
-become one line on stderr and the error's exit code (:mod:`relay.errors`);
-``--traceback`` shows the stack. Passwords never appear in output.
+One module per subcommand registers its parser here and nowhere else. The global flags
+(``--log-level``, ``--log-format``, ``--traceback``) go before or after the subcommand,
+and every flag has a ``RELAY_*`` variable (:mod:`relay.settings.env_flags`). Domain errors
+become one line on stderr and the error's exit code (:mod:`relay.errors`); ``--traceback``
+shows the stack. Passwords never appear in output.
 """
 
 from __future__ import annotations
@@ -13,13 +15,23 @@ import traceback
 from collections.abc import Callable, Sequence
 
 from relay import __version__
-from relay.cli import chaos, db, dead_letters, dev, mirror, positions, run, status
+from relay.cli import (
+    chaos,
+    completion,
+    db,
+    dead_letters,
+    dev,
+    mirror,
+    positions,
+    run,
+    status,
+)
 from relay.errors import RelayError
 from relay.runtime import logs
 from relay.runtime.secrets import mask_text
-from relay.settings.flags import add_log_level_flag
+from relay.settings.env_flags import add_global_flags, apply_environment, share_global_flags
 
-SUBCOMMANDS = (run, mirror, positions, status, dead_letters, db, dev, chaos)
+SUBCOMMANDS = (run, mirror, positions, status, dead_letters, db, dev, chaos, completion)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,21 +39,23 @@ def build_parser() -> argparse.ArgumentParser:
         prog="relay",
         description="Exactly-once transactional outbox relay between PostgreSQL and Kafka.",
     )
-    add_log_level_flag(parser)
+    add_global_flags(parser)
     parser.add_argument("--version", action="version", version=f"relay {__version__}")
-    parser.add_argument("--traceback", action="store_true", help="show tracebacks of errors")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for subcommand in SUBCOMMANDS:
         subcommand.register(commands)
+    share_global_flags(parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    completion.complete(parser)
     args = parser.parse_args(argv)
-    logs.configure(args.log_level)
-    handler: Callable[[argparse.Namespace], int] = args.handler
     try:
+        apply_environment(parser, args)
+        logs.configure(args.log_level, log_format=args.log_format)
+        handler: Callable[[argparse.Namespace], int] = args.handler
         return handler(args)
     except RelayError as exc:
         if args.traceback:

@@ -16,9 +16,11 @@ from relay.chaos.workload import MIRROR, TOPIC, WorkloadConfig
 from relay.cli.signals import interrupt_on_sigterm
 from relay.errors import ChaosError, ConfigurationError, DevEnvError
 from relay.runtime.clock import SystemClock
+from relay.settings.env_flags import env_flag
 from relay.settings.flags import add_connection_flags, relay_settings_from_args
 
 ANOMALIES_EXIT_CODE = 1
+ENV = "RELAY_CHAOS_"
 
 
 def _kinds(text: str) -> tuple[FaultKind, ...]:
@@ -39,41 +41,62 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
         "both Spark jobs; injects faults; drains; checks. Exit 0 only when the checker "
         "finds nothing lost, duplicated, out of order, wrongly visible or mirrored wrong.",
     )
-    chaos.add_argument("--faults", type=int, default=200, help="faults to inject [200]")
-    chaos.add_argument("--seed", type=int, default=7, help="seed of workload and faults [7]")
-    chaos.add_argument(
+    env_flag(chaos, "--faults", env=f"{ENV}FAULTS", default=200, type=int, help="faults to inject")
+    env_flag(
+        chaos, "--seed", env=f"{ENV}SEED", default=7, type=int, help="seed of workload and faults"
+    )
+    env_flag(
+        chaos,
         "--duration-limit",
-        type=float,
+        env=f"{ENV}DURATION_LIMIT_S",
         default=780.0,
+        type=float,
         metavar="SECONDS",
-        help="stop injecting faults after this long [780]",
+        help="stop injecting faults after this long",
     )
-    chaos.add_argument(
+    env_flag(
+        chaos,
         "--kinds",
-        type=_kinds,
+        env=f"{ENV}KINDS",
         default=tuple(FaultKind),
+        shown="all",
+        type=_kinds,
         metavar="K,K,...",
-        help="fault kinds (default all): " + ", ".join(k.value for k in FaultKind),
+        help="fault kinds: " + ", ".join(k.value for k in FaultKind),
     )
-    chaos.add_argument("--writers", type=int, default=6, help="writer threads [6]")
-    chaos.add_argument(
+    env_flag(chaos, "--writers", env=f"{ENV}WRITERS", default=6, type=int, help="writer threads")
+    env_flag(
+        chaos,
         "--workdir",
+        env=f"{ENV}WORKDIR",
         type=Path,
         help="servers, logs and faults.jsonl (default .relay-dev/chaos/run-<time>)",
     )
-    chaos.add_argument(
+    env_flag(
+        chaos,
         "--keep-workdir",
+        env=f"{ENV}KEEP_WORKDIR",
+        default=False,
         action="store_true",
         help="keep server data and process logs after a passing run",
     )
-    chaos.add_argument(
+    env_flag(
+        chaos,
         "--synchronous-commit",
-        choices=["on", "off"],
+        env=f"{ENV}SYNCHRONOUS_COMMIT",
         default="on",
-        help="synchronous_commit of the outbox database [on]; with off, a PostgreSQL crash "
+        choices=["on", "off"],
+        help="synchronous_commit of the outbox database; with off, a PostgreSQL crash "
         "loses commits the relay may already have published (see docs/chaos.md)",
     )
-    chaos.add_argument("--report", type=Path, metavar="FILE", help="write a JSON report")
+    env_flag(
+        chaos,
+        "--report",
+        env=f"{ENV}REPORT",
+        type=Path,
+        metavar="FILE",
+        help="write a JSON report",
+    )
     chaos.set_defaults(handler=_cmd_chaos)
 
     actions = chaos.add_subparsers(dest="chaos_action", metavar="ACTION")
@@ -84,15 +107,22 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
         "ledger, accounts and mirror tables; prints one summary line; exit 0 only when "
         "every count is zero.",
     )
-    check.add_argument("--topic", default=TOPIC, help=f"the workload's topic [{TOPIC}]")
-    check.add_argument(
+    env_flag(check, "--topic", env=f"{ENV}TOPIC", default=TOPIC, help="the workload's topic")
+    env_flag(
+        check,
         "--mirror-table",
-        default=None,
+        env=f"{ENV}MIRROR_TABLE",
         metavar="TABLE",
         help=f"compare this mirrored table with the accounts, e.g. {MIRROR} (default: skip)",
     )
-    check.add_argument(
-        "--timeout", type=float, default=120.0, metavar="SECONDS", help="reading limit [120]"
+    env_flag(
+        check,
+        "--timeout",
+        env=f"{ENV}TIMEOUT_S",
+        default=120.0,
+        type=float,
+        metavar="SECONDS",
+        help="reading limit",
     )
     add_connection_flags(check)
     check.set_defaults(handler=_cmd_check)

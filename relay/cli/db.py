@@ -8,6 +8,7 @@ from typing import Any
 
 from relay.commands import db
 from relay.runtime.secrets import mask_url
+from relay.settings.env_flags import env_flag
 from relay.settings.flags import add_connection_flags, database_url_from_args
 
 log = logging.getLogger("relay")
@@ -29,10 +30,12 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
         help="create the least-privilege roles outbox_writer, outbox_relay, outbox_mirror "
         "(if missing) and grant them what they need",
     )
-    roles.add_argument(
+    env_flag(
+        roles,
         "--mirror-tables",
+        env="RELAY_DB_MIRROR_TABLES",
+        default=(),
         type=lambda text: [t.strip() for t in text.split(",") if t.strip()],
-        default=[],
         metavar="T,T,...",
         help="also let outbox_mirror write these mirrored tables",
     )

@@ -13,9 +13,12 @@ from relay.commands import dead_letters
 from relay.commands.dead_letters import DeadLetterRow, Selection, Source
 from relay.errors import ConfigurationError, ConfirmationRequiredError, DeadLetterError
 from relay.runtime.secrets import Secret, mask_text
+from relay.settings.env_flags import add_yes_flag, choice, env_flag
 from relay.settings.flags import add_connection_flags, add_mirror_flags, database_url_from_args
 
 OUTPUTS = ("text", "json")
+SOURCES = ("outbox", "mirror")
+ENV = "RELAY_DEAD_LETTERS_"
 _ERROR_WIDTH = 120  # of an error in a listing (show prints it all)
 
 
@@ -27,13 +30,28 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
     )
     actions = parser.add_subparsers(dest="dead_letters_action", required=True, metavar="ACTION")
     listing = actions.add_parser("list", help="the dead letters, oldest first")
-    listing.add_argument("--limit", type=int, metavar="N", help="at most N")
-    listing.add_argument("--topic", metavar="T", help="only those of topic T")
-    listing.add_argument("--output", choices=OUTPUTS, type=str.lower, default="text")
+    env_flag(listing, "--limit", env=f"{ENV}LIMIT", type=int, metavar="N", help="at most N")
+    env_flag(listing, "--topic", env=f"{ENV}TOPIC", metavar="T", help="only those of topic T")
+    env_flag(
+        listing,
+        "--output",
+        env=f"{ENV}OUTPUT",
+        default="text",
+        choices=OUTPUTS,
+        type=str.lower,
+        help="text or json (one object)",
+    )
     listing.set_defaults(handler=_list)
     show = actions.add_parser("show", help="everything stored with one dead letter")
     show.add_argument("id", type=int)
-    show.add_argument("--full", action="store_true", help="keys, values and headers in full")
+    env_flag(
+        show,
+        "--full",
+        env=f"{ENV}FULL",
+        default=False,
+        action="store_true",
+        help="keys, values and headers in full",
+    )
     show.set_defaults(handler=_show)
     replay = actions.add_parser(
         "replay",
@@ -46,18 +64,36 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
     discard.set_defaults(handler=_discard)
     for action in (replay, discard):
         action.add_argument("ids", type=int, nargs="*", metavar="ID")
-        action.add_argument("--all", action="store_true", help="every dead letter (of --topic)")
-        action.add_argument("--topic", metavar="T", help="with --all: only those of topic T")
-        action.add_argument(
-            "--yes", action="store_true", help="do it (without: list them, change nothing)"
+        env_flag(
+            action,
+            "--all",
+            env=f"{ENV}ALL",
+            default=False,
+            action="store_true",
+            help="every dead letter (of --topic)",
         )
+        env_flag(
+            action,
+            "--topic",
+            env=f"{ENV}TOPIC",
+            metavar="T",
+            help="with --all: only those of topic T",
+        )
+        add_yes_flag(action, "do it (without: list them, change nothing)")
     for action in (listing, show, replay, discard):
         which = action.add_mutually_exclusive_group()
-        which.add_argument(
-            "--outbox", dest="source", action="store_const", const="outbox", help="(default)"
-        )
-        which.add_argument("--mirror", dest="source", action="store_const", const="mirror")
-        action.set_defaults(source="outbox")
+        for source in SOURCES:
+            env_flag(
+                which,
+                f"--{source}",
+                env=f"{ENV}SOURCE",
+                default="outbox",
+                parse=choice(f"{ENV}SOURCE", SOURCES),
+                dest="source",
+                action="store_const",
+                const=source,
+                help=f"the {source}'s dead letters",
+            )
         add_connection_flags(action, kafka=False)
         add_mirror_flags(action)  # --group selects the mirror's; replay needs --mapping
 

@@ -7,15 +7,20 @@ import argparse
 import logging
 from typing import Any
 
+from relay.cli.progress import showing
 from relay.cli.signals import stop_on_signals
 from relay.commands.mirror import MirrorService, lag_report
 from relay.mirroring.types import MirrorSummary
 from relay.runtime.metrics import serving
+from relay.runtime.observed import MirrorProgressMetrics
+from relay.runtime.progress import Progress
+from relay.settings.env_flags import env_flag
 from relay.settings.flags import (
     add_connection_flags,
     add_metrics_flags,
     add_mirror_flags,
     add_once_flag,
+    add_progress_flag,
     mirror_settings_from_args,
 )
 
@@ -28,11 +33,15 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
     )
     mode = parser.add_mutually_exclusive_group()
     add_once_flag(mode, "apply everything committed up to the last stable offsets when it started")
-    mode.add_argument(
+    env_flag(
+        mode,
         "--lag",
+        env="RELAY_MIRROR_LAG",
+        default=False,
         action="store_true",
         help="print each partition's stored offset, last stable offset and lag, then exit",
     )
+    add_progress_flag(parser)
     add_connection_flags(parser)
     add_mirror_flags(parser)
     add_metrics_flags(parser)
@@ -51,9 +60,14 @@ def _mirror(args: argparse.Namespace) -> int:
             )
         return 0
     log.info("starting mirror: %s", settings.describe())
-    service = MirrorService(settings)
+    progress = Progress() if args.once else None  # --once: records applied, rate
+    metrics = None if progress is None else MirrorProgressMetrics(progress)
+    service = MirrorService(settings, metrics=metrics)
     stop_on_signals(service.stop_event.set, "applying what is fetched, then stopping")
-    with serving(service.metrics, settings.relay.metrics_host, settings.relay.metrics_port):
+    with (
+        serving(service.metrics, settings.relay.metrics_host, settings.relay.metrics_port),
+        showing(progress, "applied", args.progress_interval_s),
+    ):
         summary = service.run(once=args.once)
     print(describe_summary(summary))
     return 0

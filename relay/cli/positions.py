@@ -8,6 +8,7 @@ from typing import Any
 
 from relay.commands import positions
 from relay.errors import ConfirmationRequiredError
+from relay.settings.env_flags import add_yes_flag
 from relay.settings.flags import add_connection_flags, add_relay_flags, relay_settings_from_args
 
 
@@ -40,9 +41,7 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
         metavar="N",
         help="the seq of the last row to count as published (0: none)",
     )
-    set_.add_argument(
-        "--yes", action="store_true", help="do it (without: say what it would do, change nothing)"
-    )
+    add_yes_flag(set_, "do it (without: say what it would do, change nothing)")
     set_.set_defaults(handler=_set)
     for action in (show, restore, set_):
         add_connection_flags(action)

@@ -6,13 +6,17 @@ import argparse
 import logging
 from typing import Any
 
+from relay.cli.progress import showing
 from relay.cli.signals import stop_on_signals
 from relay.commands.run import ProcessRelay
-from relay.runtime.metrics import serving
+from relay.runtime.metrics import OutboxMetrics, serving
+from relay.runtime.observed import OutboxProgressMetrics
+from relay.runtime.progress import Progress
 from relay.settings.flags import (
     add_connection_flags,
     add_metrics_flags,
     add_once_flag,
+    add_progress_flag,
     add_relay_flags,
     relay_settings_from_args,
 )
@@ -25,6 +29,7 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
         "run", help="publish committed outbox rows to Kafka"
     )
     add_once_flag(parser, "publish everything committed when it started")
+    add_progress_flag(parser)
     add_connection_flags(parser)
     add_relay_flags(parser)
     add_metrics_flags(parser)
@@ -34,9 +39,15 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
 def _run(args: argparse.Namespace) -> int:
     settings = relay_settings_from_args(args)
     log.info("starting: %s", settings.describe())
-    relay = ProcessRelay(settings, args.partitions)
+    # --once shows its progress: rows published of those pending at the start, rate, ETA.
+    progress = Progress() if args.once else None
+    metrics = OutboxMetrics() if progress is None else OutboxProgressMetrics(progress)
+    relay = ProcessRelay(settings, args.partitions, metrics=metrics)
     stop_on_signals(relay.stop_event.set)
-    with serving(relay.metrics, settings.metrics_host, settings.metrics_port):
+    with (
+        serving(relay.metrics, settings.metrics_host, settings.metrics_port),
+        showing(progress, "published", args.progress_interval_s),
+    ):
         summary = relay.run(once=args.once)
     log.info(
         "published %d records (%s)",

@@ -1,16 +1,30 @@
-"""Logging set-up with a last line of defence against secrets in log records."""
+"""Logging set-up with a last line of defence against secrets in log records.
+
+Everything logs through the standard library (``logging.getLogger(__name__)``); this
+module only chooses how records look on stderr: ``text`` (one line, ``time LEVEL logger:
+message``) or ``json`` (one JSON object a line, rendered by structlog's
+``ProcessorFormatter``: ``timestamp``, ``level``, ``logger``, ``message`` and the record's
+``extra`` fields). Both pass through the same filters, so URL passwords and the given
+secret values are masked in either; in JSON every string field is masked as well.
+"""
 
 from __future__ import annotations
 
 import logging
 import re
 import sys
+from collections.abc import Mapping, MutableMapping
+from typing import Any
+
+import structlog
 
 from relay.runtime.secrets import mask_text
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # what --log-level accepts
+FORMATS = ("text", "json")  # what --log-format accepts
 LIBRDKAFKA_LOGGER = "relay.librdkafka"  # where the Kafka clients log librdkafka's lines
 _DIGITS = re.compile(r"\d+")
+_TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 class RedactingFilter(logging.Filter):
@@ -56,11 +70,73 @@ class RepeatFilter(logging.Filter):
         return True
 
 
-def configure(level: str = "INFO", secrets: tuple[str, ...] = ()) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%Y-%m-%dT%H:%M:%S")
+class _MaskFields:
+    """A structlog processor: every string value of the event masked (``extra`` fields
+    and exception text too, not only the message)."""
+
+    def __init__(self, secrets: tuple[str, ...]) -> None:
+        self._secrets = secrets
+
+    def __call__(
+        self, _logger: Any, _method: str, event: MutableMapping[str, Any]
+    ) -> Mapping[str, Any]:
+        for key, value in event.items():
+            if isinstance(value, str):
+                event[key] = mask_text(value, self._secrets)
+        return event
+
+
+_LEADING_KEYS = ("timestamp", "level", "logger", "message")
+
+
+def _leading_keys_first(
+    _logger: Any, _method: str, event: MutableMapping[str, Any]
+) -> Mapping[str, Any]:
+    """``timestamp``, ``level``, ``logger`` and ``message`` first, for people reading."""
+    leading = {key: event.pop(key) for key in _LEADING_KEYS if key in event}
+    return {**leading, **event}
+
+
+def json_formatter(secrets: tuple[str, ...] = ()) -> logging.Formatter:
+    """One JSON object a line: ``timestamp`` (UTC, ISO 8601), ``level``, ``logger``,
+    ``message``, the record's ``extra`` fields, and ``exception`` with a traceback."""
+    return structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[
+            structlog.processors.TimeStamper(fmt="iso", utc=True, key="timestamp"),
+            structlog.stdlib.add_log_level,
+            structlog.stdlib.add_logger_name,
+            structlog.stdlib.ExtraAdder(),
+        ],
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            structlog.processors.format_exc_info,
+            structlog.processors.EventRenamer("message"),
+            _leading_keys_first,
+            _MaskFields(tuple(s for s in secrets if s)),
+            structlog.processors.JSONRenderer(sort_keys=False),
+        ],
     )
+
+
+def text_formatter() -> logging.Formatter:
+    return logging.Formatter(_TEXT_FORMAT, "%Y-%m-%dT%H:%M:%S")
+
+
+class _CurrentStderr:
+    """Writes to whatever ``sys.stderr`` is at the time, so that a live progress display
+    that takes stderr over (relay.runtime.progress) prints log lines above itself."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+def configure(level: str = "INFO", secrets: tuple[str, ...] = (), log_format: str = "text") -> None:
+    """Log records of ``level`` and above to stderr as ``log_format`` (``text``/``json``)."""
+    handler = logging.StreamHandler(_CurrentStderr())
+    handler.setFormatter(json_formatter(secrets) if log_format == "json" else text_formatter())
     handler.addFilter(RepeatFilter())
     handler.addFilter(RedactingFilter(secrets))
     root = logging.getLogger()

@@ -11,8 +11,9 @@ import argparse
 import os
 
 from relay.errors import ConfigurationError
-from relay.runtime import logs
 from relay.runtime.secrets import Secret
+from relay.settings.env_flags import add_log_flags, env_flag
+from relay.settings.loader import positive_float
 from relay.settings.mirror import MirrorSettings, load_mirror_settings
 from relay.settings.relay import RelaySettings, check_database_url, load_settings
 
@@ -135,8 +136,10 @@ def add_relay_flags(parser: argparse.ArgumentParser) -> None:
         const=False,
         help="keep published rows in the outbox table [RELAY_CLEANUP=true]",
     )
-    group.add_argument(
+    env_flag(
+        group,
         "--partitions",
+        env="RELAY_PARTITIONS",
         type=partition_list,
         metavar="P,P,...",
         help="only these relay partitions, e.g. 0,1,2 (default: all)",
@@ -207,23 +210,50 @@ def add_metrics_flags(parser: argparse.ArgumentParser) -> None:
 def add_once_flag(container: argparse._ActionsContainer, what: str) -> None:
     """``--once``: do ``what`` (everything committed when the run started), then exit 0.
     ``container`` is a parser or a group of one (e.g. mutually exclusive modes)."""
-    container.add_argument("--once", action="store_true", help=f"{what}, then exit 0")
-
-
-def add_log_level_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--log-level",
-        default="INFO",
-        type=str.upper,
-        choices=logs.LEVELS,
-        help="DEBUG, INFO, WARNING or ERROR [INFO]",
+    env_flag(
+        container,
+        "--once",
+        env="RELAY_ONCE",
+        default=False,
+        action="store_true",
+        help=f"{what}, then exit 0",
     )
+
+
+def add_progress_flag(container: argparse._ActionsContainer) -> None:
+    """``--progress-interval``: how often a run that is meant to finish logs its progress
+    when stderr is not a terminal (on a terminal it shows a live progress bar)."""
+    env_flag(
+        container,
+        "--progress-interval",
+        dest="progress_interval_s",
+        env="RELAY_PROGRESS_INTERVAL_S",
+        default=10.0,
+        type=_seconds,
+        metavar="SECONDS",
+        help="with --once (and in the Spark jobs), log the rows done, the rate and the ETA "
+        "this often when stderr is not a terminal",
+    )
+
+
+def _seconds(text: str) -> float:
+    try:
+        return positive_float("--progress-interval", text)
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_job_flags(parser: argparse.ArgumentParser) -> None:
     """What a Spark job's driver takes besides the settings."""
-    parser.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
-    add_log_level_flag(parser)
+    env_flag(
+        parser,
+        "--master",
+        env="RELAY_SPARK_MASTER",
+        shown="spark-submit's, else local[*]",
+        help="Spark master",
+    )
+    add_log_flags(parser)
+    add_progress_flag(parser)
 
 
 def relay_settings_from_args(args: argparse.Namespace) -> RelaySettings:

@@ -41,9 +41,11 @@ class MirrorSteps:
     apply: Callable[[MirrorSettings, str, int, int], PartitionStats]
 
 
-def run_task(steps: MirrorSteps, settings: MirrorSettings, task: Task) -> PartitionStats:
+def run_task(
+    steps: MirrorSteps, settings: MirrorSettings, task: Task, log_format: str = "text"
+) -> PartitionStats:
     """What one Spark task runs."""
-    task_logging()
+    task_logging(log_format)
     return steps.apply(settings, *task)
 
 
@@ -63,8 +65,13 @@ def run(steps: MirrorSteps, args: argparse.Namespace) -> int:
         len(tasks),
         ", ".join(f"{t}[{p}] up to {target}" for t, p, target in tasks),
     )
+    log_format = args.log_format  # the tasks log as the driver does
     results, elapsed = run_tasks(
-        "relay-mirror", args.master, tasks, lambda task: run_task(steps, settings, task)
+        "relay-mirror",
+        args.master,
+        tasks,
+        lambda task: run_task(steps, settings, task, log_format),
+        args.progress_interval_s,
     )
     for stats in sorted(results, key=lambda s: (s.topic, s.partition)):
         log.info(

@@ -36,9 +36,11 @@ class RelaySteps:
     drain: Callable[[RelaySettings, int], DrainResult]
 
 
-def run_task(steps: RelaySteps, settings: RelaySettings, partition: int) -> DrainResult:
+def run_task(
+    steps: RelaySteps, settings: RelaySettings, partition: int, log_format: str = "text"
+) -> DrainResult:
     """What one Spark task runs."""
-    task_logging()
+    task_logging(log_format)
     return steps.drain(settings, partition)
 
 
@@ -50,8 +52,13 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 def run(steps: RelaySteps, args: argparse.Namespace) -> int:
     settings = relay_settings_from_args(args)
     partitions = steps.plan(settings, args.partitions)
+    log_format = args.log_format  # the tasks log as the driver does
     results, elapsed = run_tasks(
-        "outbox-relay", args.master, partitions, lambda p: run_task(steps, settings, p)
+        "outbox-relay",
+        args.master,
+        partitions,
+        lambda p: run_task(steps, settings, p, log_format),
+        args.progress_interval_s,
     )
     total = sum(r.records for r in results)
     for result in sorted(results, key=lambda r: r.partition):
