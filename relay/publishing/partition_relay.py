@@ -87,7 +87,7 @@ class PartitionRelay:
         self._observer = observer or NoObserver()
         self._position: int | None = None
         self._committed_at = 0.0  # clock time of the last commit of the position
-        self._unsettled = False  # a transaction's outcome is unknown: restart first
+        self._unsettled = False  # a transaction failed: restart before the next batch
 
     @property
     def position(self) -> int:
@@ -145,9 +145,9 @@ class PartitionRelay:
         )
 
     def _restart(self) -> None:
-        """After AmbiguousCommitError: a new producer, fenced again (which settles the
-        pending transaction on the broker), and the position read again, with or without
-        the batch in doubt; the start-up checks apply to it as at start-up."""
+        """After a failed transaction: a new producer, fenced again (which settles a
+        transaction in doubt on the broker), and the position read again, with or without
+        the failed batch; the start-up checks apply to it as at start-up."""
         self._publisher.reset()
         self.start()
         self._unsettled = False
@@ -162,11 +162,13 @@ class PartitionRelay:
             self._unsettled = True  # committed or not: the next fence settles it
             return
         self._observer.transaction(self.partition, committed=False)
-        try:
-            self._publisher.abort()
-        except AmbiguousCommitError:
-            self._unsettled = True
-            raise
+        # Even after a clean abort, read the position again before the next batch: an
+        # abort that needed an epoch bump may have left this producer with a new producer
+        # id that fenced nobody (the broker expired the transactional id while this
+        # instance was paused past transactional.id.expiration.ms), while another instance
+        # moved the position on in the meantime.
+        self._unsettled = True
+        self._publisher.abort()
 
     def _fenced(
         self, exc: ProducerFencedError, records: Sequence[OutboxRecord], open_s: float
@@ -319,4 +321,6 @@ class PartitionRelay:
 def _what_failed(exc: RetriableError, unsettled: bool) -> str:
     if isinstance(exc, TransactionTimedOutError):
         return "batch timed out, restarting the producer with a smaller batch"
-    return "batch in doubt, restarting the producer" if unsettled else "batch aborted"
+    if isinstance(exc, AmbiguousCommitError):
+        return "batch in doubt, restarting the producer"
+    return "batch aborted, restarting the producer" if unsettled else "batch failed"

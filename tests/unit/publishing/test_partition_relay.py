@@ -252,3 +252,38 @@ def test_a_restart_applies_the_start_up_checks() -> None:
     with pytest.raises(PositionsMismatchError, match="another outbox database"):
         relay.publish_batch()
     assert kafka.committed == []
+
+
+class _ExpiredWhilePaused:
+    """At its first commit this instance is paused: meanwhile another instance publishes
+    seq 1..3 and the broker expires the transactional id, so nobody fences this one; its
+    commit then fails (the broker no longer knows its producer id) and is aborted."""
+
+    def __init__(self, outbox: MemoryOutbox, kafka: MemoryKafka) -> None:
+        self.outbox, self.kafka, self.fired = outbox, kafka, False
+
+    def hit(self, point: str, partition: int) -> None:
+        if point != "before_commit" or self.fired:
+            return
+        self.fired = True
+        self.kafka.committed.extend(self.outbox.fetch(partition, 0, 3))
+        self.kafka.positions[partition] = CommittedPosition(3, OWNER)
+        self.kafka.fail_next_commits = 1
+
+
+def test_after_an_aborted_batch_the_position_is_read_again_before_retrying() -> None:
+    """A zombie paused past transactional.id.expiration.ms comes back with a producer id
+    that fenced nobody (issue 11, point 9): it must not retry from the position it had."""
+    outbox, kafka = MemoryOutbox(), MemoryKafka()
+    outbox.add(*(record(0, s) for s in range(1, 6)))
+    zombie = PartitionRelay(
+        0,
+        outbox,
+        kafka.publisher(0),
+        owner=OWNER,
+        clock=FakeClock(),
+        cleanup=False,
+        failpoints=_ExpiredWhilePaused(outbox, kafka),
+    )
+    zombie.drain()
+    assert [r.seq for r in kafka.committed] == [1, 2, 3, 4, 5]  # 1..3 once, not again
