@@ -14,12 +14,14 @@ failed (its report is printed all the same).
     RelayError (1)
     ├── ConfigurationError (2)
     │   ├── PositionsMismatchError     positions that do not fit this database
+    │   ├── MirroredTopicChangedError  stored mirror offsets that do not fit the topic
     │   └── ConfirmationRequiredError  a command that needs --yes ran without it
     ├── DatabaseError (3)
     │   ├── DatabaseUnreachableError
     │   └── MigrationsNotAppliedError
     ├── KafkaError (4)
     │   ├── BrokerUnreachableError
+    │   ├── OffsetOutOfRangeError      a consumer's offset is not in the log
     │   ├── KafkaAuthenticationError
     │   └── ProducerFencedError (5)
     ├── RetriableError                 try the same work again
@@ -64,6 +66,14 @@ class PositionsMismatchError(ConfigurationError):
     published (the positions group's offsets expired or were deleted)."""
 
 
+class MirroredTopicChangedError(ConfigurationError):
+    """The mirror's stored offsets do not fit a mapped topic as it is in Kafka: they were
+    taken from another topic of the same name (deleted and created again: another topic
+    id), or the topic has more partitions than when they were stored while a table it
+    feeds takes its versions from Kafka offsets. Nothing was applied; the message names
+    the way out (docs/mirror.md)."""
+
+
 class ConfirmationRequiredError(ConfigurationError):
     """A command that changes what is published or applied (``relay positions set``,
     ``relay dead-letters replay|discard``) ran without ``--yes``: it printed what it would
@@ -100,6 +110,16 @@ class KafkaError(RelayError):
 
 class BrokerUnreachableError(KafkaError):
     """No broker answered within the time allowed."""
+
+
+class OffsetOutOfRangeError(KafkaError):
+    """A consumer's position is not in the partition's log (deleted by retention, or the
+    topic was created again): librdkafka would otherwise reset it."""
+
+    def __init__(self, message: str, topic: str, partition: int, code: str | None = None) -> None:
+        super().__init__(message, code)
+        self.topic = topic
+        self.partition = partition
 
 
 class KafkaAuthenticationError(KafkaError):

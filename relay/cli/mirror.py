@@ -9,12 +9,13 @@ from typing import Any
 
 from relay.cli.progress import showing
 from relay.cli.signals import stop_on_signals
-from relay.commands.mirror import MirrorService, lag_report
+from relay.commands.mirror import MirrorService, lag_report, reset_recreated_topic
+from relay.errors import ConfirmationRequiredError
 from relay.mirroring.types import MirrorSummary
 from relay.runtime.metrics import serving
 from relay.runtime.observed import MirrorProgressMetrics
 from relay.runtime.progress import Progress
-from relay.settings.env_flags import env_flag
+from relay.settings.env_flags import add_yes_flag, env_flag
 from relay.settings.flags import (
     add_connection_flags,
     add_metrics_flags,
@@ -41,6 +42,15 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
         action="store_true",
         help="print each partition's stored offset, last stable offset and lag, then exit",
     )
+    env_flag(
+        mode,
+        "--reset-recreated-topic",
+        env="RELAY_MIRROR_RESET_RECREATED_TOPIC",
+        shown="",
+        metavar="TOPIC",
+        help="apply TOPIC, deleted and created again, from its new offset 0; needs --yes",
+    )
+    add_yes_flag(parser, "do the reset (without: say what it would do, change nothing)")
     add_progress_flag(parser)
     add_connection_flags(parser)
     add_mirror_flags(parser)
@@ -50,6 +60,12 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
 
 def _mirror(args: argparse.Namespace) -> int:
     settings = mirror_settings_from_args(args)
+    if args.reset_recreated_topic:
+        reset = reset_recreated_topic(settings, args.reset_recreated_topic, yes=args.yes)
+        print("\n".join(reset.lines(settings.group)))
+        if reset.stale and not reset.done:
+            raise ConfirmationRequiredError("nothing changed: run it again with --yes to reset")
+        return 0
     if args.lag:
         print(f"{'topic':<30} {'partition':>9} {'applied up to':>13} {'stable':>10} {'lag':>8}")
         for row in lag_report(settings):

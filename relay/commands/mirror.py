@@ -16,16 +16,37 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from relay.errors import ConfigurationError, KafkaError
-from relay.kafka.admin import admin_client, check_broker, topic_partitions
+from relay.kafka.admin import KafkaTopicDirectory, admin_client, check_broker, describe_topics
 from relay.kafka.record_stream import KafkaRecordStream
 from relay.mirroring.applier import Applier
-from relay.mirroring.loop import LoopObserver, MirrorLoop
+from relay.mirroring.loop import MirrorLoop
 from relay.mirroring.mapping import MirrorMapping, load_mapping
-from relay.mirroring.types import MirrorSummary, PartitionStats, ResolvedTable, TopicPartitionKey
+from relay.mirroring.observer import LoopObserver
+from relay.mirroring.topic_guard import (
+    TopicGuard,
+    TopicReset,
+    check_stored,
+    offset_versioned,
+    reset_notes,
+    stale_offsets,
+)
+from relay.mirroring.types import (
+    MirrorSummary,
+    PartitionStats,
+    ResolvedTable,
+    StoredOffset,
+    TopicIdentity,
+    TopicPartitionKey,
+)
 from relay.postgres.engine import database_errors, make_engine
 from relay.postgres.migrations import check_schema
 from relay.postgres.mirror_catalog import resolve_tables
-from relay.postgres.mirror_store import PostgresMirrorStore, group_offsets
+from relay.postgres.mirror_store import (
+    PostgresMirrorStore,
+    group_offsets,
+    reset_offsets,
+    tables_with_rows,
+)
 from relay.runtime.clock import Clock, SystemClock
 from relay.runtime.failpoints import Failpoints
 from relay.runtime.metrics import MirrorMetrics
@@ -47,6 +68,7 @@ class Prepared:
     tables: tuple[ResolvedTable, ...]
     reflected: dict[str, sa.Table]
     partitions: tuple[TopicPartitionKey, ...]
+    identities: dict[str, TopicIdentity]  # each mapped topic as Kafka has it
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,41 +102,56 @@ def prepare(settings: MirrorSettings, engine: Engine) -> Prepared:
     if settings.topics:
         mapping = mapping.restricted_to(settings.topics)
     tables, reflected = resolve_tables(engine, url, mapping)
-    return Prepared(mapping, tables, reflected, kafka_partitions(settings, mapping))
+    identities = kafka_topics(settings, mapping)
+    partitions = tuple((t, p) for t, i in identities.items() for p in range(i.partitions))
+    return Prepared(mapping, tables, reflected, partitions, identities)
 
 
-def kafka_partitions(
-    settings: MirrorSettings, mapping: MirrorMapping
-) -> tuple[TopicPartitionKey, ...]:
+def kafka_topics(settings: MirrorSettings, mapping: MirrorMapping) -> dict[str, TopicIdentity]:
+    """The id and partition count of each mapped topic, in mapping order."""
     kafka = settings.relay.kafka
     admin = admin_client(kafka)
     check_broker(admin, kafka)
-    partitions: list[TopicPartitionKey] = []
+    found = describe_topics(admin, mapping.topics, kafka.request_timeout_s)
+    identities: dict[str, TopicIdentity] = {}
     for topic in mapping.topics:
-        count = topic_partitions(admin, topic, kafka.request_timeout_s)
-        if count is None:
+        identity = found[topic]
+        if identity is None:
             tables = ", ".join(t.table for t in mapping.tables_for(topic))
             raise ConfigurationError(
                 f"topic {topic} (mapped to {tables} in {mapping.source}) does not exist in Kafka"
             )
-        partitions.extend((topic, p) for p in range(count))
-    return tuple(partitions)
+        identities[topic] = identity
+    return identities
+
+
+def check_topics(
+    settings: MirrorSettings, prepared: Prepared, stored: Mapping[TopicPartitionKey, StoredOffset]
+) -> None:
+    """The group's stored offsets against the mapped topics (TopicGuard's checks)."""
+    for topic, identity in prepared.identities.items():
+        rows = {p: s for (t, p), s in stored.items() if t == topic}
+        tables = offset_versioned(prepared.tables, topic)
+        check_stored(settings.group, topic, identity, rows, tables)
 
 
 def targets_for(
-    engine: Engine,
-    settings: MirrorSettings,
-    stream: KafkaRecordStream,
-    partitions: Sequence[TopicPartitionKey],
+    engine: Engine, settings: MirrorSettings, stream: KafkaRecordStream, prepared: Prepared
 ) -> dict[TopicPartitionKey, int]:
     """The last stable offset of each partition: what ``--once`` and the Spark job apply
-    up to. A stored offset never passes the last stable offset of its time, so one read
-    before it that is past it means the topic was recreated or truncated: an error."""
+    up to. A stored offset of another topic id is refused; one of this topic never passes
+    the last stable offset of its time, so one read before it that is past it means the
+    topic was truncated: an error."""
     stored = group_offsets(engine, settings.relay.database_url, settings.group)
-    stable = stream.last_stable_offsets(partitions)
-    for tp in partitions:
-        check_not_past_end(tp, stored.get(tp), stable[tp])
+    check_topics(settings, prepared, stored)
+    stable = stream.last_stable_offsets(prepared.partitions)
+    for tp in prepared.partitions:
+        check_not_past_end(tp, _next(stored, tp), stable[tp])
     return stable
+
+
+def _next(stored: Mapping[TopicPartitionKey, StoredOffset], tp: TopicPartitionKey) -> int | None:
+    return stored[tp].next_offset if tp in stored else None
 
 
 def check_not_past_end(tp: TopicPartitionKey, stored: int | None, stable: int) -> None:
@@ -142,6 +179,7 @@ def _loop(
     store = PostgresMirrorStore(
         engine, settings.relay.database_url, settings.group, tables, reflected
     )
+    directory = KafkaTopicDirectory(settings.relay.kafka)
     return MirrorLoop(
         Applier(tables, store, Failpoints.from_env()),
         store,
@@ -152,6 +190,7 @@ def _loop(
         retry=retry,
         clock=clock,
         observer=observer,
+        guard=TopicGuard(directory, settings.group, tables, clock),
     )
 
 
@@ -179,9 +218,7 @@ class MirrorService:
             stream = KafkaRecordStream(self._settings.relay.kafka, self._settings.group)
             if self._settings.relay.metrics_port is not None:  # the lag's, asked at scrape time
                 stable = KafkaRecordStream(self._settings.relay.kafka, self._settings.group)
-            targets = (
-                targets_for(engine, self._settings, stream, prepared.partitions) if once else None
-            )
+            targets = targets_for(engine, self._settings, stream, prepared) if once else None
             loop = _loop(
                 self._settings,
                 engine,
@@ -245,26 +282,65 @@ def mirror_partition(
         engine.dispose()
 
 
-def lag_report(settings: MirrorSettings) -> list[LagRow]:
-    """Stored offsets of the group against the brokers' last stable offsets."""
+def lag_report(settings: MirrorSettings, *, checked: bool = False) -> list[LagRow]:
+    """Stored offsets of the group against the brokers' last stable offsets; ``checked``:
+    refuse stored offsets that do not fit the topics (TopicGuard's checks)."""
     engine = _engine(settings, pooled=False)
     stream = None
     try:
-        partitions = prepare(settings, engine).partitions
+        prepared = prepare(settings, engine)
         stored = group_offsets(engine, settings.relay.database_url, settings.group)
+        if checked:
+            check_topics(settings, prepared, stored)
         stream = KafkaRecordStream(settings.relay.kafka, settings.group)
-        stable = stream.last_stable_offsets(partitions)
+        stable = stream.last_stable_offsets(prepared.partitions)
     finally:
         if stream is not None:
             stream.close()
         engine.dispose()
-    return [LagRow(t, p, stored.get((t, p)), stable[(t, p)]) for t, p in partitions]
+    return [LagRow(t, p, _next(stored, (t, p)), stable[(t, p)]) for t, p in prepared.partitions]
 
 
 def plan_mirror_job(settings: MirrorSettings) -> list[tuple[str, int, int]]:
     """(topic, partition, last stable offset) of every partition with work to do: the
-    tasks of the mirror's Spark job. A stored offset past the end is an error."""
-    rows = lag_report(settings)
+    tasks of the mirror's Spark job. A stored offset of another topic id, or past the
+    end, is an error."""
+    rows = lag_report(settings, checked=True)
     for row in rows:
         check_not_past_end((row.topic, row.partition), row.next_offset, row.last_stable_offset)
     return [(row.topic, row.partition, row.last_stable_offset) for row in rows if row.lag > 0]
+
+
+def reset_recreated_topic(settings: MirrorSettings, topic: str, *, yes: bool) -> TopicReset:
+    """Make the group apply ``topic`` from offset 0 of its current topic id: with ``yes``,
+    move the stored offsets of other ids (or of none) there in one transaction; without,
+    only say which. Refused (nothing changed) when a table the topic feeds takes its
+    versions from Kafka offsets and holds rows."""
+    engine = _engine(settings, pooled=False)
+    try:
+        prepared = prepare(settings, engine)
+        identity = prepared.identities.get(topic)
+        if identity is None:
+            raise ConfigurationError(
+                f"topic {topic} is not mapped in {prepared.mapping.source}: nothing to reset"
+            )
+        url = settings.relay.database_url
+        stale = stale_offsets(topic, identity, group_offsets(engine, url, settings.group))
+        tables = [t for t in prepared.tables if topic in t.mapping.topics]
+        filled = tables_with_rows(
+            engine, url, {t.table: prepared.reflected[t.table] for t in tables}
+        )
+        notes = reset_notes(topic, tables, filled) if stale else ()
+        if stale and yes:
+            moved = [(s.partition, s.stored) for s in stale]
+            reset_offsets(engine, url, settings.group, topic=topic, identity=identity, stale=moved)
+            log.info(
+                "group %s: %d offsets of %s reset to topic id %s",
+                settings.group,
+                len(stale),
+                topic,
+                identity.topic_id,
+            )
+        return TopicReset(topic, identity, stale, notes, done=yes and bool(stale))
+    finally:
+        engine.dispose()

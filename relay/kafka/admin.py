@@ -1,13 +1,14 @@
-"""Start-up checks and the positions topic."""
+"""Start-up checks, the positions topic, and what the mirror asks about its topics."""
 
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError as LibKafkaError
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewPartitions, NewTopic
 
@@ -16,8 +17,10 @@ from relay.errors import (
     ConfigurationError,
     KafkaAuthenticationError,
     KafkaError,
+    RetriableError,
 )
 from relay.kafka.errors import kafka_reason, lib_error
+from relay.mirroring.types import TopicIdentity
 from relay.runtime.clock import Deadline
 from relay.runtime.logs import LIBRDKAFKA_LOGGER
 from relay.runtime.secrets import is_sensitive_property, mask_text
@@ -114,6 +117,44 @@ def topic_partitions(admin: AdminClient, topic: str, timeout: float) -> int | No
     if found is None or found.error is not None:
         return None
     return len(found.partitions)
+
+
+def describe_topics(
+    admin: AdminClient, topics: Sequence[str], timeout: float
+) -> dict[str, TopicIdentity | None]:
+    """Each topic's id (Kafka's base64 form) and partition count; None when it does not
+    exist. RetriableError when Kafka does not answer."""
+    if not topics:
+        return {}
+    futures = admin.describe_topics(TopicCollection(list(topics)), request_timeout=timeout)
+    found: dict[str, TopicIdentity | None] = {}
+    for topic in topics:
+        try:
+            description = futures[topic].result(timeout)
+        except KafkaException as exc:
+            err = lib_error(exc)
+            if err is not None and err.code() == LibKafkaError.UNKNOWN_TOPIC_OR_PART:
+                found[topic] = None
+                continue
+            raise RetriableError(f"describing topic {topic} failed: {kafka_reason(exc)}") from None
+        found[topic] = TopicIdentity(str(description.topic_id), len(description.partitions))
+    return found
+
+
+class KafkaTopicDirectory:
+    """Implements :class:`relay.mirroring.ports.TopicDirectory` with an AdminClient."""
+
+    def __init__(self, kafka: KafkaSettings) -> None:
+        self._admin = admin_client(kafka)
+        self._timeout = kafka.request_timeout_s
+
+    def describe(self, topics: Sequence[str]) -> dict[str, TopicIdentity]:
+        result: dict[str, TopicIdentity] = {}
+        for topic, identity in describe_topics(self._admin, topics, self._timeout).items():
+            if identity is None:
+                raise KafkaError(f"topic {topic} does not exist in Kafka (deleted while mirrored?)")
+            result[topic] = identity
+        return result
 
 
 def ensure_positions_topic(admin: AdminClient, topic: str, partitions: int, timeout: float) -> None:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as LibKafkaError
 
-from relay.errors import ConfigurationError, KafkaError
+from relay.errors import ConfigurationError, KafkaError, OffsetOutOfRangeError
 from relay.kafka.errors import kafka_reason
 from relay.mirroring.ports import AssignmentListener
 from relay.mirroring.types import KafkaRecord, PartitionEnd, RecordHeaders, TopicPartitionKey
@@ -123,11 +123,13 @@ class KafkaRecordStream:
         where = f"{topic}[{partition}]"
         if err.code() == LibKafkaError._PARTITION_EOF and topic is not None:
             return PartitionEnd(topic, partition or 0, offset or 0)
-        if err.code() == LibKafkaError._AUTO_OFFSET_RESET:
-            raise KafkaError(
+        if err.code() == LibKafkaError._AUTO_OFFSET_RESET and topic is not None:
+            raise OffsetOutOfRangeError(
                 f"{where}: the stored offset is not in the log any more ({err.str()}); records "
                 "were deleted before they were mirrored, or the topic was recreated. Set "
                 "mirror_offsets.next_offset for this partition to where it should continue",
+                topic,
+                partition or 0,
                 code=err.name(),
             )
         if err.fatal() or err.code() in _FATAL_CODES:

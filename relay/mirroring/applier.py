@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from relay.mirroring.decode import decode
 from relay.mirroring.ports import MirrorStore
-from relay.mirroring.types import ApplyResult, Batch, KafkaRecord, ResolvedTable
+from relay.mirroring.types import ApplyResult, Batch, KafkaRecord, ResolvedTable, TopicIdentity
 from relay.runtime.failpoints import FailpointHook, Failpoints
 
 
@@ -44,10 +44,12 @@ class Applier:
         expected: int | None,
         next_offset: int,
         records: Sequence[KafkaRecord],
+        *,
+        identity: TopicIdentity | None = None,
     ) -> Batch:
         tables = self._by_topic.get(topic, ())
         items = tuple(decode(record, tables) for record in records)
-        return Batch(topic, partition, expected, next_offset, items)
+        return Batch(topic, partition, expected, next_offset, items, identity=identity)
 
     def apply(self, batch: Batch) -> ApplyResult:
         """Apply ``batch`` exactly once or raise (MirrorOffsetConflict, RetriableError,

@@ -11,6 +11,8 @@ partition since: the buffered records are dropped, the offset is read again and 
 consumer seeks there. With ``targets`` (``--once`` and Spark), the loop returns once
 every target partition's stored offset has reached its target (the last stable offset
 when the run started); records at or past the target are left for the next run.
+With a :class:`~relay.mirroring.topic_guard.TopicGuard`, the stored offsets are checked
+against the topics on assignment, and each batch before it is applied.
 """
 
 from __future__ import annotations
@@ -18,19 +20,23 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from relay.errors import (
     GaveUpError,
     MirrorOffsetConflict,
+    OffsetOutOfRangeError,
     RecordMayHealError,
-    RelayError,
     RetriableError,
 )
 from relay.mirroring.applier import Applier
+from relay.mirroring.observer import LoopObserver, Unobserved
 from relay.mirroring.ports import MirrorStore, RecordStream
+from relay.mirroring.reporting import log_batch, log_progress, tp_text
+from relay.mirroring.topic_guard import TopicGuard
 from relay.mirroring.types import (
     ApplyResult,
     Batch,
@@ -38,6 +44,8 @@ from relay.mirroring.types import (
     MirrorSummary,
     PartitionEnd,
     PartitionStats,
+    StoredOffset,
+    TopicIdentity,
     TopicPartitionKey,
 )
 from relay.runtime.clock import Clock, SystemClock
@@ -48,49 +56,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class LoopObserver(Protocol):
-    """Told what the loop does, for metrics and readiness
-    (relay.runtime.metrics.MirrorMetrics); it changes nothing the loop does."""
-
-    def positioned(self, offsets: Mapping[TopicPartitionKey, int | None]) -> None:
-        """These partitions are this loop's, at these stored offsets (None: nothing
-        stored): on assignment, and after an offset conflict."""
-
-    def revoked(self, partitions: Sequence[TopicPartitionKey]) -> None:
-        """These partitions are no longer this loop's."""
-
-    def applied(
-        self, tp: TopicPartitionKey, records: int, dead_letters: int, next_offset: int
-    ) -> None:
-        """A batch committed: ``records`` applied, ``dead_letters`` dead-lettered."""
-
-    def retrying(self) -> None:
-        """A database call failed with a transient error, or a batch waits for a record
-        to heal; either is tried again."""
-
-    def resumed(self) -> None:
-        """A database call succeeded after failing."""
-
-
-class _Unobserved:
-    def positioned(self, offsets: Mapping[TopicPartitionKey, int | None]) -> None:
-        pass
-
-    def revoked(self, partitions: Sequence[TopicPartitionKey]) -> None:
-        pass
-
-    def applied(
-        self, tp: TopicPartitionKey, records: int, dead_letters: int, next_offset: int
-    ) -> None:
-        pass
-
-    def retrying(self) -> None:
-        pass
-
-    def resumed(self) -> None:
-        pass
-
-
 @dataclass(slots=True)
 class _Cursor:
     topic: str
@@ -98,8 +63,10 @@ class _Cursor:
     expected: int | None  # stored next offset (None: no row stored yet)
     fetched: int  # everything below this offset is buffered or applied
     target: int | None = None
+    identity: TopicIdentity | None = None  # the topic as checked (None: no guard)
     buffer: list[KafkaRecord] = field(default_factory=list)
     since: float | None = None  # when the oldest unapplied record arrived
+    received: float = 0.0  # when the latest record or partition end arrived
 
     @property
     def stored(self) -> int:
@@ -128,6 +95,7 @@ class MirrorLoop:
         progress_every_s: float = 30.0,
         record_retries: int = 10,
         observer: LoopObserver | None = None,
+        guard: TopicGuard | None = None,
     ) -> None:
         self._applier = applier
         self._store = store
@@ -138,7 +106,8 @@ class MirrorLoop:
         self._clock = clock or SystemClock()
         self._progress_every_s = progress_every_s
         self._record_retries = record_retries
-        self._observer = observer or _Unobserved()
+        self._observer = observer or Unobserved()
+        self._guard = guard
         self._cursors: dict[TopicPartitionKey, _Cursor] = {}
         self._stats: dict[TopicPartitionKey, PartitionStats] = {}
         self._stream: RecordStream | None = None
@@ -150,11 +119,13 @@ class MirrorLoop:
         self, partitions: Sequence[TopicPartitionKey]
     ) -> Mapping[TopicPartitionKey, int | None]:
         stored = self._with_retry(lambda: self._store.stored_offsets(partitions), "reading offsets")
+        identities = self._checked(partitions, stored)
         starts: dict[TopicPartitionKey, int | None] = {}
         for tp in partitions:
-            offset = stored.get(tp)
+            offset = stored[tp].next_offset if tp in stored else None
             target = self._targets.get(tp) if self._targets is not None else None
-            self._cursors[tp] = _Cursor(tp[0], tp[1], offset, offset or 0, target)
+            identity = identities.get(tp[0])
+            self._cursors[tp] = _Cursor(tp[0], tp[1], offset, offset or 0, target, identity)
             stats = self._stats.setdefault(tp, PartitionStats(tp[0], tp[1]))
             stats.next_offset = offset
             starts[tp] = offset
@@ -188,7 +159,11 @@ class MirrorLoop:
         poll_timeout = min(0.2, self._max_wait_s)
         next_progress = self._clock.monotonic() + self._progress_every_s
         while not self._stop.is_set() and not self.finished():
-            event = stream.poll(poll_timeout)
+            try:
+                event = stream.poll(poll_timeout)
+            except OffsetOutOfRangeError as gone:
+                self._explain(gone)
+                raise
             now = self._clock.monotonic()
             if event is None:
                 self._flush_all()
@@ -198,7 +173,8 @@ class MirrorLoop:
                 self._on_record(event, now)
             self._flush_waiting(now)
             if self._targets is None and now >= next_progress:
-                self._log_progress(stream)
+                stored = {tp: cursor.stored for tp, cursor in self._cursors.items()}
+                log_progress(log, stream, stored, self.summary())
                 next_progress = now + self._progress_every_s
         if not self.finished():
             self._flush_all()  # stopping: what is buffered is still ours to apply
@@ -224,6 +200,7 @@ class MirrorLoop:
             return
         cursor.buffer.append(record)
         cursor.fetched = record.offset + 1
+        cursor.received = now
         if cursor.since is None:
             cursor.since = now
         if len(cursor.buffer) >= self._batch_size:
@@ -235,6 +212,7 @@ class MirrorLoop:
             return
         offset = end.offset if cursor.target is None else min(end.offset, cursor.target)
         cursor.fetched = max(cursor.fetched, offset)
+        cursor.received = self._clock.monotonic()
         self._flush(cursor)
 
     def _flush_all(self) -> None:
@@ -250,8 +228,18 @@ class MirrorLoop:
         if not cursor.pending():
             return
         tp = (cursor.topic, cursor.partition)
+        guard, known = self._guard, cursor.identity
+        if guard is not None and known is not None:
+            cursor.identity = self._with_retry(
+                partial(guard.verify, cursor.topic, known, cursor.received), "describing topic"
+            )
         batch = self._applier.batch(
-            cursor.topic, cursor.partition, cursor.expected, cursor.fetched, cursor.buffer
+            cursor.topic,
+            cursor.partition,
+            cursor.expected,
+            cursor.fetched,
+            cursor.buffer,
+            identity=cursor.identity,
         )
         try:
             applied = self._apply_waiting_for_healing(batch)
@@ -270,7 +258,7 @@ class MirrorLoop:
         """Apply ``batch``; while the database refuses one of its records with an error
         that may heal (RecordMayHealError), wait with backoff and try again, up to
         ``record_retries`` times, then let such records be dead-lettered. None: stopped."""
-        doing = f"applying {_tp((batch.topic, batch.partition))}"
+        doing = f"applying {tp_text((batch.topic, batch.partition))}"
         waited = 0
         while True:
             try:
@@ -293,32 +281,16 @@ class MirrorLoop:
         stats.dead_lettered += len(result.dead_letters)
         stats.next_offset = next_offset
         self._observer.applied(tp, result.applied, len(result.dead_letters), next_offset)
-        if result.dead_letters:
-            offsets = ", ".join(str(d.record.offset) for d in result.dead_letters[:10])
-            more = "" if len(result.dead_letters) <= 10 else ", ..."
-            log.warning(
-                "%s: %d records dead-lettered (offsets %s%s), first error: %s",
-                _tp(tp),
-                len(result.dead_letters),
-                offsets,
-                more,
-                result.dead_letters[0].error,
-            )
-        log.debug(
-            "%s: applied %d, skipped %d, next offset %d",
-            _tp(tp),
-            result.applied,
-            result.skipped,
-            next_offset,
-        )
+        log_batch(log, tp, result, next_offset)
 
     def _resync(self, cursor: _Cursor, conflict: MirrorOffsetConflict) -> None:
         tp = (cursor.topic, cursor.partition)
         stored = self._with_retry(lambda: self._store.stored_offsets([tp]), "reading offsets")
-        offset = stored.get(tp)
+        cursor.identity = self._checked([tp], stored).get(tp[0])
+        offset = stored[tp].next_offset if tp in stored else None
         log.warning(
             "%s: %s; dropping %d fetched records and continuing from stored offset %s",
-            _tp(tp),
+            tp_text(tp),
             conflict,
             len(cursor.buffer),
             offset,
@@ -329,6 +301,24 @@ class MirrorLoop:
         cursor.expected, cursor.fetched, cursor.buffer, cursor.since = offset, offset or 0, [], None
         if self._stream is not None and not cursor.done():
             self._stream.seek(cursor.topic, cursor.partition, offset)
+
+    def _checked(
+        self,
+        partitions: Sequence[TopicPartitionKey],
+        stored: Mapping[TopicPartitionKey, StoredOffset],
+    ) -> dict[str, TopicIdentity]:
+        """The topics' identities, the stored offsets checked against them (TopicGuard)."""
+        if self._guard is None:
+            return {}
+        guard = self._guard
+        return self._with_retry(partial(guard.assigned, partitions, stored), "describing topics")
+
+    def _explain(self, gone: OffsetOutOfRangeError) -> None:
+        """A position not in the log: when the topic was created again, say that instead."""
+        cursor = self._cursors.get((gone.topic, gone.partition))
+        if self._guard is not None and cursor is not None and cursor.identity is not None:
+            with suppress(RetriableError):  # Kafka did not answer: the position's error stands
+                self._guard.verify(gone.topic, cursor.identity, self._clock.monotonic())
 
     def _with_retry(self, action: Callable[[], T], doing: str) -> T:
         attempt = 0
@@ -349,27 +339,3 @@ class MirrorLoop:
                 if attempt > 1:
                     self._observer.resumed()
                 return result
-
-    def _log_progress(self, stream: RecordStream) -> None:
-        owned = sorted(self._cursors)
-        if not owned:
-            log.info("no partitions assigned")
-            return
-        try:
-            stable = stream.last_stable_offsets(owned)
-        except RelayError as exc:
-            log.warning("cannot read last stable offsets for the lag: %s", exc)
-            stable = {}
-        lag = {tp: stable[tp] - self._cursors[tp].stored for tp in owned if tp in stable}
-        total = self.summary()
-        log.info(
-            "applied %d records so far (%d dead-lettered, %d skipped); lag: %s",
-            total.total("applied"),
-            total.total("dead_lettered"),
-            total.total("skipped"),
-            ", ".join(f"{_tp(tp)}={n}" for tp, n in lag.items()) or "unknown",
-        )
-
-
-def _tp(tp: TopicPartitionKey) -> str:
-    return f"{tp[0]}[{tp[1]}]"

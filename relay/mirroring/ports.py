@@ -5,7 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
-from relay.mirroring.types import ApplyResult, Batch, KafkaRecord, PartitionEnd, TopicPartitionKey
+from relay.mirroring.types import (
+    ApplyResult,
+    Batch,
+    KafkaRecord,
+    PartitionEnd,
+    StoredOffset,
+    TopicIdentity,
+    TopicPartitionKey,
+)
 
 
 class MirrorStore(Protocol):
@@ -13,8 +21,9 @@ class MirrorStore(Protocol):
 
     def stored_offsets(
         self, partitions: Sequence[TopicPartitionKey]
-    ) -> dict[TopicPartitionKey, int]:
-        """The stored next offset of each partition that has one."""
+    ) -> dict[TopicPartitionKey, StoredOffset]:
+        """The stored offset of every partition of the topics of ``partitions`` that has
+        one (the others of a topic tell its partition count when they were stored)."""
         ...
 
     def apply(self, batch: Batch, before_commit: Callable[[], None]) -> ApplyResult:
@@ -23,7 +32,17 @@ class MirrorStore(Protocol):
         operations, dead-letter what cannot be applied, call ``before_commit``, commit.
 
         Raises MirrorOffsetConflict (nothing applied) when the stored offset is not
-        ``batch.expected``, RetriableError when the batch may simply be tried again."""
+        ``batch.expected`` or is of another topic id than ``batch.identity``'s,
+        RetriableError when the batch may simply be tried again."""
+        ...
+
+
+class TopicDirectory(Protocol):
+    """What Kafka says the mapped topics are now."""
+
+    def describe(self, topics: Sequence[str]) -> dict[str, TopicIdentity]:
+        """The id and partition count of each topic. Raises KafkaError when one does not
+        exist, RetriableError when Kafka did not answer."""
         ...
 
 

@@ -42,6 +42,26 @@ class PartitionEnd:
     offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class TopicIdentity:
+    """A Kafka topic as it is now: its id (Kafka's base64 form, as ``kafka-topics.sh``
+    shows it) and its partition count."""
+
+    topic_id: str
+    partitions: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredOffset:
+    """A partition's row in ``mirror_offsets``: the next offset to apply, and the topic id
+    and partition count of the topic it was taken from (None: stored before they were
+    recorded, migration 0008_mirror_topic_id)."""
+
+    next_offset: int
+    topic_id: str | None = None
+    partitions: int | None = None
+
+
 class ColumnKind(enum.Enum):
     """How a JSON value (or key text) is checked and converted for a column's DB type."""
 
@@ -126,6 +146,10 @@ class Batch:
     """None: a record the database refuses with an error that may heal rolls the batch
     back (RecordMayHealError). A number: the batch was rolled back that many times for
     such records, enough: they are dead-lettered like any refused record."""
+    identity: TopicIdentity | None = None
+    """The topic the records were read from, checked after they were fetched: the
+    compare-and-set also requires a stored offset of this topic id (or of none) and
+    records it with the partition count. None: not checked (the core's unit tests)."""
 
 
 @dataclass(frozen=True, slots=True)

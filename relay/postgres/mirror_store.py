@@ -2,7 +2,8 @@
 
 One batch is one transaction::
 
-    UPDATE mirror_offsets SET next_offset = :next WHERE ... AND next_offset = :expected
+    UPDATE mirror_offsets SET next_offset = :next, topic_id = :id, topic_partitions = :n
+    WHERE ... AND next_offset = :expected AND (topic_id IS NULL OR topic_id = :id)
     (or INSERT ... ON CONFLICT DO NOTHING for a partition's first batch; 0 rows: conflict)
     SAVEPOINT; upserts and deletes in record order; on a constraint or data error:
         ROLLBACK TO SAVEPOINT, then one SAVEPOINT per record, dead-lettering the failures
@@ -33,6 +34,8 @@ from relay.mirroring.types import (
     Delete,
     Op,
     ResolvedTable,
+    StoredOffset,
+    TopicIdentity,
     TopicPartitionKey,
     Upsert,
 )
@@ -41,17 +44,29 @@ from relay.postgres.schema import mirror_dead_letters, mirror_offsets
 from relay.runtime.secrets import Secret, mask_text
 
 _SELECT_OFFSETS = sa.text(
-    "SELECT topic, partition, next_offset FROM mirror_offsets "
+    "SELECT topic, partition, next_offset, topic_id, topic_partitions FROM mirror_offsets "
     "WHERE consumer_group = :group AND topic = ANY(:topics)"
 )
+# A batch without a topic identity (the core's tests) neither checks nor records one.
 _CAS = sa.text(
-    "UPDATE mirror_offsets SET next_offset = :next, updated_at = now() "
+    "UPDATE mirror_offsets SET next_offset = :next, updated_at = now(), "
+    "topic_id = coalesce(CAST(:topic_id AS text), topic_id), "
+    "topic_partitions = coalesce(CAST(:partitions AS integer), topic_partitions) "
     "WHERE consumer_group = :group AND topic = :topic AND partition = :partition "
-    "AND next_offset = :expected"
+    "AND next_offset = :expected "
+    "AND (topic_id IS NULL OR CAST(:topic_id AS text) IS NULL OR topic_id = :topic_id)"
 )
 _FIRST = sa.text(
-    "INSERT INTO mirror_offsets (consumer_group, topic, partition, next_offset) "
-    "VALUES (:group, :topic, :partition, :next) ON CONFLICT DO NOTHING"
+    "INSERT INTO mirror_offsets "
+    "(consumer_group, topic, partition, next_offset, topic_id, topic_partitions) "
+    "VALUES (:group, :topic, :partition, :next, :topic_id, :partitions) "
+    "ON CONFLICT DO NOTHING"
+)
+_RESET = sa.text(
+    "UPDATE mirror_offsets SET next_offset = 0, topic_id = :topic_id, updated_at = now(), "
+    "topic_partitions = CASE WHEN partition < :partitions THEN CAST(:partitions AS integer) END "
+    "WHERE consumer_group = :group AND topic = :topic AND partition = :partition "
+    "AND next_offset = :expected AND topic_id IS NOT DISTINCT FROM :old_id"
 )
 _INSERT_DEAD = postgresql.insert(mirror_dead_letters).on_conflict_do_nothing(
     index_elements=["consumer_group", "topic", "partition", "offset"]
@@ -104,18 +119,16 @@ class PostgresMirrorStore:
 
     def stored_offsets(
         self, partitions: Sequence[TopicPartitionKey]
-    ) -> dict[TopicPartitionKey, int]:
-        wanted = set(partitions)
-        topics = sorted({topic for topic, _ in wanted})
+    ) -> dict[TopicPartitionKey, StoredOffset]:
+        topics = sorted({topic for topic, _ in partitions})
         with (
             database_errors(self._url, "reading mirror_offsets", retriable=True),
             self._engine.connect() as conn,
         ):
             rows = conn.execute(_SELECT_OFFSETS, {"group": self._group, "topics": topics}).all()
         return {
-            (r.topic, r.partition): int(r.next_offset)
+            (r.topic, r.partition): StoredOffset(int(r.next_offset), r.topic_id, r.topic_partitions)
             for r in rows
-            if (r.topic, r.partition) in wanted
         }
 
     def apply(self, batch: Batch, before_commit: Callable[[], None]) -> ApplyResult:
@@ -143,10 +156,14 @@ class PostgresMirrorStore:
             "partition": batch.partition,
             "next": batch.next_offset,
             "expected": batch.expected,
+            "topic_id": None if batch.identity is None else batch.identity.topic_id,
+            "partitions": None if batch.identity is None else batch.identity.partitions,
         }
         statement = _FIRST if batch.expected is None else _CAS
         if conn.execute(statement, params).rowcount != 1:
             shown = "no stored offset" if batch.expected is None else f"offset {batch.expected}"
+            if batch.identity is not None:
+                shown += f" of topic id {batch.identity.topic_id}"
             raise MirrorOffsetConflict(
                 f"another consumer of group {self._group} moved the stored offset "
                 f"(this instance expected {shown}); batch rolled back",
@@ -213,16 +230,60 @@ class PostgresMirrorStore:
         }
 
 
-def group_offsets(engine: Engine, url: Secret, group: str) -> dict[TopicPartitionKey, int]:
-    """Every stored next offset of ``group``."""
-    query = sa.select(
-        mirror_offsets.c.topic, mirror_offsets.c.partition, mirror_offsets.c.next_offset
-    ).where(mirror_offsets.c.consumer_group == group)
+def group_offsets(engine: Engine, url: Secret, group: str) -> dict[TopicPartitionKey, StoredOffset]:
+    """Every stored offset of ``group``."""
+    c = mirror_offsets.c
+    query = sa.select(c.topic, c.partition, c.next_offset, c.topic_id, c.topic_partitions).where(
+        c.consumer_group == group
+    )
     with (
         database_errors(url, "reading mirror_offsets", retriable=True),
         engine.connect() as conn,
     ):
-        return {(r[0], r[1]): r[2] for r in conn.execute(query)}
+        return {(r[0], r[1]): StoredOffset(r[2], r[3], r[4]) for r in conn.execute(query)}
+
+
+def reset_offsets(
+    engine: Engine,
+    url: Secret,
+    group: str,
+    *,
+    topic: str,
+    identity: TopicIdentity,
+    stale: Sequence[tuple[int, StoredOffset]],
+) -> None:
+    """Move the ``stale`` offsets (partition, as read) of ``topic`` to offset 0 of the
+    topic ``identity``, in one transaction; MirrorOffsetConflict (nothing changed) when
+    one of them changed since it was read."""
+    with database_errors(url, "resetting mirror_offsets"), engine.begin() as conn:
+        for partition, stored in stale:
+            params = {
+                "group": group,
+                "topic": topic,
+                "partition": partition,
+                "expected": stored.next_offset,
+                "old_id": stored.topic_id,
+                "topic_id": identity.topic_id,
+                "partitions": identity.partitions,
+            }
+            if conn.execute(_RESET, params).rowcount != 1:
+                raise MirrorOffsetConflict(
+                    f"the stored offset of {topic}[{partition}] changed since it was read "
+                    "(is a mirror of the group running?); nothing changed",
+                    topic,
+                    partition,
+                    stored.next_offset,
+                )
+
+
+def tables_with_rows(engine: Engine, url: Secret, tables: Mapping[str, sa.Table]) -> list[str]:
+    """The names of ``tables`` (name -> reflected table) that hold at least one row."""
+    with database_errors(url, "reading the mirrored tables"), engine.connect() as conn:
+        return [
+            name
+            for name, table in tables.items()
+            if conn.execute(sa.select(sa.exists().select_from(table))).scalar()
+        ]
 
 
 def _run_key(op: Op) -> tuple[str, str, bool]:

@@ -54,6 +54,8 @@ mirror_offsets = sa.Table(
     sa.Column("partition", sa.Integer, primary_key=True),
     sa.Column("next_offset", sa.BigInteger, nullable=False),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("topic_id", sa.Text, nullable=True),  # 0008_mirror_topic_id
+    sa.Column("topic_partitions", sa.Integer, nullable=True),
 )
 mirror_dead_letters = sa.Table(
     "mirror_dead_letters",

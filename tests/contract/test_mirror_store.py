@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Protocol
 
 import pytest
@@ -27,6 +28,8 @@ from relay.mirroring.types import (
     Decoded,
     Delete,
     KafkaRecord,
+    StoredOffset,
+    TopicIdentity,
     TopicPartitionKey,
     Upsert,
 )
@@ -49,6 +52,13 @@ CREATE TABLE items (
 
 Row = tuple[object, int]  # name, version
 StoredDeadLetter = tuple[str, int, int, bytes | None, bytes | None, str]
+
+
+def offsets(
+    store: MirrorStore, partitions: list[TopicPartitionKey]
+) -> dict[TopicPartitionKey, int]:
+    """The stored next offsets ``store`` returns for ``partitions``."""
+    return {tp: stored.next_offset for tp, stored in store.stored_offsets(partitions).items()}
 
 
 def refused_by_check(op: Upsert | Delete) -> str | None:
@@ -163,8 +173,8 @@ def raw(offset: int, key: bytes | None, value: bytes | None, partition: int = 0)
 
 
 def test_nothing_is_stored_at_first(mirror: StoreHarness) -> None:
-    assert mirror.store.stored_offsets([P0, P1]) == {}
-    assert mirror.store.stored_offsets([]) == {}
+    assert offsets(mirror.store, [P0, P1]) == {}
+    assert offsets(mirror.store, []) == {}
     assert mirror.rows() == {}
     assert mirror.dead_letters() == []
 
@@ -177,7 +187,7 @@ def test_the_first_batch_stores_its_offset_and_applies_its_records(
     )
     # Offset 3 is a transaction marker: the stored offset moves past it.
     assert result == ApplyResult(applied=3, skipped=0, dead_letters=())
-    assert mirror.store.stored_offsets([P0, P1]) == {P0: 4}
+    assert offsets(mirror.store, [P0, P1]) == {P0: 4}
     assert mirror.rows() == {1: ("c", 2), 2: ("b", 1)}
 
 
@@ -186,10 +196,10 @@ def test_batches_continue_from_the_stored_offset(mirror: StoreHarness) -> None:
     store.apply(batch(P0, None, 2, record(0, 1, "a"), record(1, 2, "b")), no_hook)
     result = store.apply(batch(P0, 2, 5, record(2, 1, "a2"), record(3, 2, None)), no_hook)
     assert result == ApplyResult(applied=2, skipped=0)
-    assert store.stored_offsets([P0]) == {P0: 5}
+    assert offsets(store, [P0]) == {P0: 5}
     assert mirror.rows() == {1: ("a2", 2)}
     store.apply(batch(P0, 5, 6, record(5, 2, "b2")), no_hook)
-    assert store.stored_offsets([P0]) == {P0: 6}
+    assert offsets(store, [P0]) == {P0: 6}
     assert mirror.rows() == {1: ("a2", 2), 2: ("b2", 5)}
 
 
@@ -198,7 +208,7 @@ def test_a_batch_without_records_only_moves_the_offset(mirror: StoreHarness) -> 
     store.apply(batch(P0, None, 1, record(0, 1, "a")), no_hook)
     # Past aborted records and markers the consumer never showed.
     assert store.apply(batch(P0, 1, 7), no_hook) == ApplyResult(applied=0, skipped=0)
-    assert store.stored_offsets([P0]) == {P0: 7}
+    assert offsets(store, [P0]) == {P0: 7}
     assert mirror.rows() == {1: ("a", 0)}
 
 
@@ -207,7 +217,7 @@ def test_records_no_table_takes_are_skipped(mirror: StoreHarness) -> None:
         batch(P0, None, 2, record(0, 1, "a"), Decoded(record(1, 2, "b"))), no_hook
     )
     assert result == ApplyResult(applied=1, skipped=1)
-    assert mirror.store.stored_offsets([P0]) == {P0: 2}
+    assert offsets(mirror.store, [P0]) == {P0: 2}
     assert mirror.rows() == {1: ("a", 0)}
 
 
@@ -236,7 +246,7 @@ def test_rows_only_move_to_higher_versions(mirror: StoreHarness) -> None:
     assert mirror.rows() == {1: ("new", 5)}
     store.apply(batch(P1, 8, 9, record(8, 1, None, partition=1)), no_hook)
     assert mirror.rows() == {}
-    assert store.stored_offsets([P0, P1]) == {P0: 7, P1: 9}
+    assert offsets(store, [P0, P1]) == {P0: 7, P1: 9}
 
 
 @pytest.mark.parametrize(
@@ -263,7 +273,7 @@ def test_a_wrong_expected_offset_conflicts_and_changes_nothing(
     assert (conflict.value.topic, conflict.value.partition) == tp
     assert conflict.value.expected == expected
     assert hook_calls == []
-    assert store.stored_offsets([P0, P1]) == {P0: 2}
+    assert offsets(store, [P0, P1]) == {P0: 2}
     assert mirror.rows() == {1: ("a", 0), 2: ("b", 1)}
     assert mirror.dead_letters() == []
 
@@ -278,7 +288,7 @@ def test_a_failure_before_commit_rolls_the_whole_batch_back(mirror: StoreHarness
 
     with pytest.raises(RuntimeError, match="crash before commit"):
         store.apply(doomed, crash)
-    assert store.stored_offsets([P0]) == {P0: 1}
+    assert offsets(store, [P0]) == {P0: 1}
     assert mirror.rows() == {1: ("a", 0)}
     assert mirror.dead_letters() == []
     # The same batch applies once the failure is gone.
@@ -286,7 +296,7 @@ def test_a_failure_before_commit_rolls_the_whole_batch_back(mirror: StoreHarness
     result = store.apply(doomed, lambda: hook_calls.append(None))
     assert hook_calls == [None]
     assert result.applied == 2
-    assert store.stored_offsets([P0]) == {P0: 4}
+    assert offsets(store, [P0]) == {P0: 4}
     assert mirror.rows() == {1: ("b", 1), 2: ("c", 2)}
 
 
@@ -302,7 +312,7 @@ def test_records_that_cannot_be_decoded_are_dead_lettered(mirror: StoreHarness) 
         skipped=0,
         dead_letters=(DeadLetter(no_key, errors[0]), DeadLetter(not_json, errors[1])),
     )
-    assert mirror.store.stored_offsets([P0]) == {P0: 5}
+    assert offsets(mirror.store, [P0]) == {P0: 5}
     assert mirror.rows() == {1: ("a", 0), 2: ("b", 2)}
     assert mirror.dead_letters() == [
         ("t", 0, 1, None, no_key.value, errors[0]),
@@ -322,7 +332,7 @@ def test_records_the_database_refuses_are_dead_lettered_and_the_rest_applied(
     assert result.skipped == 0
     assert [d.record for d in result.dead_letters] == [no_key, refused]
     assert all(d.error for d in result.dead_letters)
-    assert mirror.store.stored_offsets([P0]) == {P0: 4}
+    assert offsets(mirror.store, [P0]) == {P0: 4}
     assert mirror.rows() == {1: ("a", 1), 3: ("c", 3)}
     stored = mirror.dead_letters()
     assert [(s[2], s[3], s[4]) for s in stored] == [
@@ -339,6 +349,23 @@ def test_partitions_and_topics_have_offsets_of_their_own(mirror: StoreHarness) -
     store.apply(batch(P1, None, 5, record(4, 2, "b", partition=1)), no_hook)
     store.apply(batch(other, None, 8), no_hook)
     store.apply(batch(P1, 5, 6, record(5, 3, "c", partition=1)), no_hook)
-    assert store.stored_offsets([P0, P1, other, ("t", 2)]) == {P0: 3, P1: 6, other: 8}
-    assert store.stored_offsets([P1]) == {P1: 6}
-    assert store.stored_offsets([other, ("u", 1)]) == {other: 8}
+    assert offsets(store, [P0, P1, other, ("t", 2)]) == {P0: 3, P1: 6, other: 8}
+    assert offsets(store, [P1]) == {P0: 3, P1: 6}  # every row of the topics asked
+    assert offsets(store, [other, ("u", 1)]) == {other: 8}
+
+
+def test_the_stored_offset_is_of_the_batches_topic_id(mirror: StoreHarness) -> None:
+    """A row without a topic id adopts the batch's; a batch of another topic id is a
+    conflict that applies nothing."""
+    store = mirror.store
+    first = Batch("t", 0, None, 2, (), identity=TopicIdentity("old-id", 2))
+    store.apply(first, lambda: None)
+    assert store.stored_offsets([P0]) == {P0: StoredOffset(2, "old-id", 2)}
+    grown = Batch("t", 0, 2, 3, (), identity=TopicIdentity("old-id", 3))
+    store.apply(grown, lambda: None)
+    assert store.stored_offsets([P0]) == {P0: StoredOffset(3, "old-id", 3)}
+    other = Batch("t", 0, 3, 4, (decode(record(3, 1, "new"), [items_table()]),))
+    with pytest.raises(MirrorOffsetConflict):
+        store.apply(replace(other, identity=TopicIdentity("new-id", 3)), lambda: None)
+    assert store.stored_offsets([P0]) == {P0: StoredOffset(3, "old-id", 3)}
+    assert mirror.rows() == {}

@@ -18,6 +18,7 @@ from relay.mirroring.types import (
     KafkaRecord,
     PartitionEnd,
     ResolvedTable,
+    StoredOffset,
     TopicPartitionKey,
     Upsert,
 )
@@ -58,6 +59,9 @@ class MemoryStore:
     rows: dict[tuple[str, tuple[object, ...]], dict[str, object]] = field(default_factory=dict)
     dead: list[DeadLetter] = field(default_factory=list)
     applied: list[tuple[str, int, int]] = field(default_factory=list)  # topic, partition, offset
+    identities: dict[TopicPartitionKey, tuple[str | None, int | None]] = field(
+        default_factory=dict
+    )  # the topic id and partition count stored with an offset
     fail_next: int = 0
     before_apply: Callable[[Batch], None] | None = None
     rejects: Callable[[Upsert | Delete], str | None] | None = None
@@ -67,8 +71,13 @@ class MemoryStore:
 
     def stored_offsets(
         self, partitions: Sequence[TopicPartitionKey]
-    ) -> dict[TopicPartitionKey, int]:
-        return {tp: self.offsets[tp] for tp in partitions if tp in self.offsets}
+    ) -> dict[TopicPartitionKey, StoredOffset]:
+        topics = {topic for topic, _ in partitions}
+        return {
+            tp: StoredOffset(offset, *self.identities.get(tp, (None, None)))
+            for tp, offset in self.offsets.items()
+            if tp[0] in topics
+        }
 
     def apply(self, batch: Batch, before_commit: Callable[[], None]) -> ApplyResult:
         if self.before_apply is not None:
@@ -77,13 +86,18 @@ class MemoryStore:
             self.fail_next -= 1
             raise RetriableError("connection lost")
         tp = (batch.topic, batch.partition)
-        if self.offsets.get(tp) != batch.expected:
+        stored_id = self.identities.get(tp, (None, None))[0]
+        if self.offsets.get(tp) != batch.expected or (
+            batch.identity is not None and stored_id not in (None, batch.identity.topic_id)
+        ):
             raise MirrorOffsetConflict("moved", batch.topic, batch.partition, batch.expected)
         for_now = self._refused_for_now(batch)
         if for_now is not None and batch.waited is None:
             raise RecordMayHealError(for_now)
         before_commit()
         self.offsets[tp] = batch.next_offset
+        if batch.identity is not None:
+            self.identities[tp] = (batch.identity.topic_id, batch.identity.partitions)
         applied = 0
         dead: list[DeadLetter] = []
         for item in batch.items:

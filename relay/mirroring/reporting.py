@@ -1,0 +1,65 @@
+"""The consume loop's log lines: each batch, and its progress every so often."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from relay.errors import RelayError
+from relay.mirroring.ports import RecordStream
+from relay.mirroring.types import ApplyResult, MirrorSummary, TopicPartitionKey
+
+
+def log_batch(
+    log: logging.Logger, tp: TopicPartitionKey, result: ApplyResult, next_offset: int
+) -> None:
+    """A committed batch: a warning with its dead letters, if any."""
+    if result.dead_letters:
+        offsets = ", ".join(str(d.record.offset) for d in result.dead_letters[:10])
+        more = "" if len(result.dead_letters) <= 10 else ", ..."
+        log.warning(
+            "%s: %d records dead-lettered (offsets %s%s), first error: %s",
+            tp_text(tp),
+            len(result.dead_letters),
+            offsets,
+            more,
+            result.dead_letters[0].error,
+        )
+    log.debug(
+        "%s: applied %d, skipped %d, next offset %d",
+        tp_text(tp),
+        result.applied,
+        result.skipped,
+        next_offset,
+    )
+
+
+def log_progress(
+    log: logging.Logger,
+    stream: RecordStream,
+    stored: Mapping[TopicPartitionKey, int],
+    total: MirrorSummary,
+) -> None:
+    """What was applied so far, and the lag of each owned partition (``stored``: its
+    stored next offset)."""
+    owned = sorted(stored)
+    if not owned:
+        log.info("no partitions assigned")
+        return
+    try:
+        stable = stream.last_stable_offsets(owned)
+    except RelayError as exc:
+        log.warning("cannot read last stable offsets for the lag: %s", exc)
+        stable = {}
+    lag = {tp: stable[tp] - stored[tp] for tp in owned if tp in stable}
+    log.info(
+        "applied %d records so far (%d dead-lettered, %d skipped); lag: %s",
+        total.total("applied"),
+        total.total("dead_lettered"),
+        total.total("skipped"),
+        ", ".join(f"{tp_text(tp)}={n}" for tp, n in lag.items()) or "unknown",
+    )
+
+
+def tp_text(tp: TopicPartitionKey) -> str:
+    return f"{tp[0]}[{tp[1]}]"
