@@ -37,6 +37,11 @@ Result = TypeVar("Result")
 _TASK_ERROR = re.compile(r"(relay\.[\w.]*Error): ([^\n]*)")
 
 
+# spark-submit starts a Python driver with this set (its JVM's gateway). The SparkConf of
+# a driver that has not started its session yet cannot see spark-submit's --master.
+_SUBMITTED = "PYSPARK_GATEWAY_PORT"
+
+
 def run_tasks(
     app_name: str,
     master: str | None,
@@ -57,7 +62,7 @@ def run_tasks(
     conf = SparkConf().setAppName(app_name)
     if master:
         conf.setMaster(master)
-    elif not conf.contains("spark.master"):
+    elif _SUBMITTED not in os.environ:  # under spark-submit, its --master applies
         conf.setMaster("local[*]")
     spark = SparkSession.builder.config(conf=conf).getOrCreate()
     started = time.monotonic()

@@ -105,9 +105,9 @@ def _spark_submit(
         )
     )
     submit = [str(spark_home / "bin" / "spark-submit"), "--master", master]
-    # The job's own --master (after the script) is the master of the session it starts.
+    # No --master for the job itself: spark-submit's applies.
     return subprocess.run(
-        [*submit, "--archives", f"{archive}#environment", str(JOB), "--master", master],
+        [*submit, "--archives", f"{archive}#environment", str(JOB)],
         cwd=cwd,
         env=env,
         capture_output=True,
