@@ -44,7 +44,7 @@ def test_paused_relay_is_fenced_by_a_new_instance_and_publishes_nothing_twice(
         if zombie.poll() is None:
             zombie.kill()
     assert zombie.returncode == 5, stderr
-    assert "another relay instance took over this partition" in stderr
+    assert "another relay instance initialised this partition's transactional id" in stderr
     assert "outlasted transaction.timeout.ms" in stderr
 
     assert_exactly_once_in_order(read_committed(relay_env.bootstrap_servers, topic), committed)
