@@ -8,7 +8,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from relay.commands.run import check_environment, for_database, select_partitions
+from relay.commands.startup import check_environment, for_database, select_partitions
 from relay.errors import ConfigurationError, PositionsMismatchError, RelayError, RetriableError
 from relay.kafka.positions import read_positions
 from relay.kafka.publisher import KafkaTransactionalPublisher

@@ -15,23 +15,23 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from relay.commands.commit_watch import CommitWatch
-from relay.errors import ConfigurationError, ProducerFencedError, RetriableError
-from relay.kafka.admin import admin_client, check_broker, ensure_positions_topic
-from relay.kafka.publisher import KafkaTransactionalPublisher
-from relay.postgres.engine import database_errors, make_engine
-from relay.postgres.migrations import check_schema
+from relay.commands.shared_run import PartitionWorkers, poll_until_stopped
+from relay.commands.startup import (
+    build_partition_relay,
+    check_environment,
+    for_database,
+    select_partitions,
+)
+from relay.errors import ProducerFencedError, RetriableError
+from relay.kafka.membership import KafkaMembership
+from relay.postgres.engine import make_engine
 from relay.postgres.outbox_source import (
-    PostgresOutboxSource,
     committed_tops,
-    relay_partitions,
-    stranded_rows,
 )
 from relay.postgres.outbox_status import outbox_status
 from relay.publishing.partition_relay import PartitionRelay
-from relay.publishing.ports import RelayObserver
 from relay.publishing.types import DrainResult, PositionOwner
 from relay.runtime.clock import Clock, SystemClock
-from relay.runtime.failpoints import Failpoints
 from relay.runtime.metrics import Backlog, OutboxMetrics
 from relay.runtime.retry import RetryPolicy
 from relay.runtime.secrets import Secret
@@ -42,77 +42,7 @@ if TYPE_CHECKING:  # commands use the PostgreSQL adapter's engines, never SQLAlc
     from sqlalchemy import Engine
 
 log = logging.getLogger(__name__)
-
-
-def check_environment(settings: RelaySettings, engine: Engine) -> int:
-    """Fail fast on an unreachable database or broker, or a schema that is not current.
-
-    Creates the positions topic when it is missing. Returns the relay partition count.
-    """
-    with database_errors(settings.database_url, "connecting"), engine.connect():
-        pass
-    check_schema(engine, settings.database_url)
-    partitions = relay_partitions(engine, settings.database_url)
-    stranded = stranded_rows(engine, settings.database_url, partitions)
-    if stranded:
-        raise ConfigurationError(
-            f"the outbox holds {stranded} rows in relay partitions {partitions} and above, "
-            f"beyond the count of {partitions} (outbox_settings.partitions): they would never "
-            "be published. Set the count back (relay db partitions N) and publish them first"
-        )
-    admin = admin_client(settings.kafka)
-    check_broker(admin, settings.kafka)
-    ensure_positions_topic(
-        admin, settings.positions_topic, partitions, settings.kafka.request_timeout_s
-    )
-    return partitions
-
-
-def select_partitions(requested: Sequence[int] | None, partitions: int) -> list[int]:
-    if not requested:
-        return list(range(partitions))
-    unknown = sorted(p for p in requested if not 0 <= p < partitions)
-    if unknown:
-        raise ConfigurationError(
-            f"relay partition {unknown[0]} does not exist (the outbox has {partitions}: "
-            f"0..{partitions - 1})"
-        )
-    return sorted(set(requested))
-
-
-def for_database(settings: RelaySettings, engine: Engine) -> tuple[RelaySettings, PositionOwner]:
-    """``settings`` with the prefix and positions group the database chose where unset, and
-    the owner every position of these relays carries (read once per run)."""
-    identity = PostgresOutboxSource(engine, settings.database_url).identity()
-    settings = settings.with_database_defaults(identity.default_prefix)
-    return settings, PositionOwner(identity.database_id, settings.prefix)
-
-
-def build_partition_relay(
-    settings: RelaySettings,
-    owner: PositionOwner,
-    partition: int,
-    engine: Engine,
-    *,
-    retry: RetryPolicy | None = None,
-    clock: Clock | None = None,
-    observer: RelayObserver | None = None,
-) -> PartitionRelay:
-    """``settings`` and ``owner`` as :func:`for_database` returns them."""
-    return PartitionRelay(
-        partition,
-        PostgresOutboxSource(engine, settings.database_url),
-        KafkaTransactionalPublisher(settings, partition, owner),
-        owner=owner,
-        batch_size=settings.batch_size,
-        batch_bytes=settings.batch_bytes,
-        transaction_timeout_s=settings.kafka.transaction_timeout_ms / 1000,
-        cleanup=settings.cleanup,
-        retry=retry,
-        clock=clock,
-        failpoints=Failpoints.from_env(),
-        observer=observer,
-    )
+_IDLE_TRANSACTION_TIMEOUT_S = 30.0
 
 
 def drain_partition(settings: RelaySettings, partition: int) -> DrainResult:
@@ -131,7 +61,9 @@ def drain_partition(settings: RelaySettings, partition: int) -> DrainResult:
 
 
 class ProcessRelay:
-    """Runs relay partitions as threads of this process (`relay run`)."""
+    """Runs relay partitions as threads of this process (`relay run`): the ones asked
+    for, all of them with ``--once``, or else those the members group gives this
+    process (:mod:`relay.commands.shared_run`)."""
 
     def __init__(
         self,
@@ -149,11 +81,21 @@ class ProcessRelay:
 
     def run(self, once: bool) -> RunSummary[DrainResult]:
         engine = make_engine(self._settings.database_url, pool_size=1)
+        shared = not once and not self._requested
         try:
             count = check_environment(self._settings, engine)
             partitions = select_partitions(self._requested, count)
-            log.info("relaying partitions %s (%s)", partitions, "once" if once else "continuously")
             settings, owner = for_database(self._settings, engine)
+            if shared:
+                log.info(
+                    "sharing the %d relay partitions with the other members of group %s",
+                    count,
+                    settings.members_group,
+                )
+            else:
+                log.info(
+                    "relaying partitions %s (%s)", partitions, "once" if once else "continuously"
+                )
         finally:
             engine.dispose()
         # The objects of start-up (modules, settings, clients) live as long as the process:
@@ -163,12 +105,72 @@ class ProcessRelay:
         # A connection for each partition and for the commit watch, kept open: opening one
         # per checkout cost ~10 ms a batch. No ping per checkout: a broken connection is a
         # RetriableError, and the batch is retried.
-        engine = make_engine(settings.database_url, pool_size=len(partitions) + 1, pre_ping=False)
+        engine = make_engine(
+            settings.database_url,
+            pool_size=len(partitions) + 1,
+            pre_ping=False,
+            # A member paused (SIGSTOP, a VM freeze) inside a transaction must not hold up
+            # the member that takes its partitions over for longer than this.
+            idle_transaction_timeout_s=_IDLE_TRANSACTION_TIMEOUT_S,
+        )
         try:
-            self.metrics.expect(partitions, partial(backlog, engine, settings.database_url))
+            self.metrics.expect(
+                () if shared else partitions, partial(backlog, engine, settings.database_url)
+            )
+            if shared:
+                return self._share_partitions(settings, owner, engine, count)
             return self._run_partitions(settings, owner, engine, partitions, once)
         finally:
             engine.dispose()
+
+    def _share_partitions(
+        self, settings: RelaySettings, owner: PositionOwner, engine: Engine, count: int
+    ) -> RunSummary[DrainResult]:
+        partitions = list(range(count))
+        watch = CommitWatch(
+            partitions,
+            partial(committed_tops, engine, settings.database_url),
+            settings.commit_watch_s,
+        )
+        session_s = settings.member_session_timeout_ms / 1000
+        retry = RetryPolicy()
+
+        def run_partition(partition: int, stop: threading.Event) -> DrainResult:
+            return self._run_one(
+                partition,
+                settings=settings,
+                owner=owner,
+                engine=engine,
+                once=False,
+                retry=retry,
+                watch=watch,
+                stop=stop,
+            )
+
+        workers = PartitionWorkers(
+            run_partition,
+            clock=self._clock,
+            retake_after_s=2 * session_s,
+            stop_within_s=settings.kafka.transaction_timeout_ms / 1000,
+            released=self.metrics.released,
+            wake=watch.wake_all,
+        )
+        membership = KafkaMembership(
+            settings, count, assigned=workers.assigned, revoked=workers.revoked
+        )
+        watcher = threading.Thread(
+            target=watch.run, args=(self.stop_event,), name="relay-watch", daemon=True
+        )
+        watcher.start()
+        membership.join()
+        try:
+            poll_until_stopped(membership.poll, workers, self.stop_event)
+        finally:
+            self.stop_event.set()
+            workers.stop_all()
+            membership.close()  # after the last batch: the others take over at once
+            watcher.join()
+        return RunSummary(tuple(sorted(workers.results, key=lambda r: r.partition)))
 
     def _run_partitions(
         self,
@@ -195,6 +197,7 @@ class ProcessRelay:
             once=once,
             retry=retry,
             watch=watch,
+            stop=self.stop_event,
         )
         with ThreadPoolExecutor(len(partitions) + 1, thread_name_prefix="relay-p") as pool:
             if not once:
@@ -223,6 +226,7 @@ class ProcessRelay:
         once: bool,
         retry: RetryPolicy,
         watch: CommitWatch,
+        stop: threading.Event,
     ) -> DrainResult:
         relay = build_partition_relay(
             settings,
@@ -235,8 +239,8 @@ class ProcessRelay:
         )
         try:
             if once:
-                return relay.drain(self.stop_event)
-            return self._follow(relay, watch)
+                return relay.drain(stop)
+            return self._follow(relay, watch, stop)
         except ProducerFencedError:
             self.metrics.fenced(partition)
             raise
@@ -244,7 +248,9 @@ class ProcessRelay:
             self.metrics.stopped(partition)
             relay.close()
 
-    def _follow(self, relay: PartitionRelay, watch: CommitWatch) -> DrainResult:
+    def _follow(
+        self, relay: PartitionRelay, watch: CommitWatch, stop: threading.Event
+    ) -> DrainResult:
         while True:  # a service outlives a restarting database or broker
             try:
                 relay.start()
@@ -252,11 +258,11 @@ class ProcessRelay:
             except RetriableError as exc:
                 log.warning("relay partition %d: start-up failed (%s)", relay.partition, exc)
                 self.metrics.retrying(relay.partition)
-                if self._clock.wait(self._settings.poll_interval_s * 4, self.stop_event):
+                if self._clock.wait(self._settings.poll_interval_s * 4, stop):
                     return DrainResult(relay.partition, 0, 0, 0)
         records = batches = 0
-        while not self.stop_event.is_set():
-            result = relay.publish_batch(stop=self.stop_event)
+        while not stop.is_set():
+            result = relay.publish_batch(stop=stop)
             if result is None:
                 relay.keep_alive_if_due(self._settings.position_refresh_s)
                 watch.wait(relay.partition, self._settings.poll_interval_s)

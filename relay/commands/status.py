@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
 
 from relay.commands.mirror import LagRow, lag_report
-from relay.commands.run import for_database, select_partitions
+from relay.commands.startup import for_database, select_partitions
 from relay.errors import ConfigurationError, MigrationsNotAppliedError
 from relay.kafka.admin import admin_client, check_broker
 from relay.kafka.positions import read_positions

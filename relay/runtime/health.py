@@ -40,6 +40,11 @@ class Readiness:
         with self._lock:
             self._states[component] = state
 
+    def forget(self, component: str) -> None:
+        """``component`` is no longer this command's (a relay partition handed on)."""
+        with self._lock:
+            self._states.pop(component, None)
+
     def check(self) -> tuple[bool, str]:
         """(ready, why): ``why`` names each component that is not running."""
         with self._lock:

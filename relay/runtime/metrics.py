@@ -4,7 +4,7 @@
 Every metric name is declared here, once, on a registry of the process's own (never
 prometheus_client's global one, so that a test can hold several). The cores never import
 this module: they tell an observer what they do (``RelayObserver`` in
-relay.publishing.partition_relay, ``LoopObserver`` in relay.mirroring.loop).
+relay.publishing.ports, ``LoopObserver`` in relay.mirroring.observer).
 :class:`OutboxMetrics` and :class:`MirrorMetrics` are those observers; relay.commands
 hands them in and adds what only it sees (the start-up checks, fencing, a partition that
 stops, the queries asked at scrape time). prometheus_client is imported nowhere else (a
@@ -200,6 +200,12 @@ class OutboxMetrics(ProcessMetrics):
     def stopped(self, partition: int) -> None:
         self.readiness.set(_partition(partition), State.STOPPED)
 
+    def released(self, partition: int) -> None:
+        """Another member of the group publishes ``partition`` now (or will)."""
+        self.readiness.forget(_partition(partition))
+        with self._lock:
+            self._positions.pop(partition, None)
+
     def collect(self) -> Iterator[Metric]:
         yield from super().collect()
         pending = GaugeMetricFamily(
@@ -254,7 +260,7 @@ class MirrorMetrics(ProcessMetrics):
         self.readiness.set(MIRROR_CONSUMER, State.STOPPED)
         self._stable.use(None)
 
-    # -- LoopObserver (relay.mirroring.loop) ------------------------------------------
+    # -- LoopObserver (relay.mirroring.observer) --------------------------------------
 
     def positioned(self, offsets: Mapping[TopicPartition, int | None]) -> None:
         with self._lock:

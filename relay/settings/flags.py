@@ -130,6 +130,14 @@ def add_relay_flags(parser: argparse.ArgumentParser) -> None:
         "broker's offsets.retention.minutes [RELAY_POSITION_REFRESH_S=3600]",
     )
     group.add_argument(
+        "--member-session-timeout-ms",
+        dest="member_session_timeout_ms",
+        type=int,
+        metavar="MS",
+        help="`relay run` without --partitions: a member silent this long loses its relay "
+        "partitions to the others [RELAY_MEMBER_SESSION_TIMEOUT_MS=10000]",
+    )
+    group.add_argument(
         "--no-cleanup",
         dest="cleanup",
         action="store_const",

@@ -77,6 +77,9 @@ class RelaySettings:
     cleanup: bool = True
     retry_attempts: int = 8
     position_refresh_s: float = 3600.0  # re-commit an idle partition's position this often
+    # `relay run` processes that share the partitions: how long a silent member keeps its
+    # relay partitions before the others take them over (the members group's session).
+    member_session_timeout_ms: int = 10_000
     metrics_port: int | None = None  # serve /metrics, /healthz, /readyz (None: do not)
     metrics_host: str = ALL_INTERFACES
 
@@ -103,6 +106,11 @@ class RelaySettings:
             raise ConfigurationError("the positions group is not resolved yet")
         return self.positions_group
 
+    @property
+    def members_group(self) -> str:
+        """The consumer group whose members share the relay partitions (`relay run`)."""
+        return f"{self.group}.members"
+
     def transactional_id(self, partition: int) -> str:
         return f"{self.prefix}-{partition}"
 
@@ -121,6 +129,7 @@ class RelaySettings:
             "cleanup": str(self.cleanup),
             "retry_attempts": str(self.retry_attempts),
             "position_refresh_s": str(self.position_refresh_s),
+            "member_session_timeout_ms": str(self.member_session_timeout_ms),
             "metrics": f"{self.metrics_host}:{self.metrics_port}" if self.metrics_port else "off",
         }
 
@@ -200,6 +209,7 @@ def _relay_changes(source: SettingsSource) -> dict[str, Any]:
     found["poll_interval_s"] = source.positive_float("poll_interval_s")
     found["commit_watch_s"] = source.positive_float("commit_watch_s")
     found["position_refresh_s"] = source.positive_float("position_refresh_s")
+    found["member_session_timeout_ms"] = source.positive_int("member_session_timeout_ms")
     found["cleanup"] = source.boolean("cleanup")
     port = found["metrics_port"] = source.positive_int("metrics_port")
     if port is not None and port > 65535:

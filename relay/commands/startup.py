@@ -1,0 +1,96 @@
+"""What `relay run` and the Spark job do before publishing: the start-up checks, the
+relay partitions to run, the defaults the database chose, and building one relay
+partition's :class:`~relay.publishing.partition_relay.PartitionRelay`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from relay.errors import ConfigurationError
+from relay.kafka.admin import admin_client, check_broker, ensure_positions_topic
+from relay.kafka.publisher import KafkaTransactionalPublisher
+from relay.postgres.engine import database_errors
+from relay.postgres.migrations import check_schema
+from relay.postgres.outbox_source import PostgresOutboxSource, relay_partitions, stranded_rows
+from relay.publishing.partition_relay import PartitionRelay
+from relay.publishing.ports import RelayObserver
+from relay.publishing.types import PositionOwner
+from relay.runtime.clock import Clock
+from relay.runtime.failpoints import Failpoints
+from relay.runtime.retry import RetryPolicy
+from relay.settings.relay import RelaySettings
+
+if TYPE_CHECKING:  # commands use the PostgreSQL adapter's engines, never SQLAlchemy itself
+    from sqlalchemy import Engine
+
+
+def check_environment(settings: RelaySettings, engine: Engine) -> int:
+    """Fail fast on an unreachable database or broker, or a schema that is not current.
+
+    Creates the positions topic when it is missing. Returns the relay partition count.
+    """
+    with database_errors(settings.database_url, "connecting"), engine.connect():
+        pass
+    check_schema(engine, settings.database_url)
+    partitions = relay_partitions(engine, settings.database_url)
+    stranded = stranded_rows(engine, settings.database_url, partitions)
+    if stranded:
+        raise ConfigurationError(
+            f"the outbox holds {stranded} rows in relay partitions {partitions} and above, "
+            f"beyond the count of {partitions} (outbox_settings.partitions): they would never "
+            "be published. Set the count back (relay db partitions N) and publish them first"
+        )
+    admin = admin_client(settings.kafka)
+    check_broker(admin, settings.kafka)
+    ensure_positions_topic(
+        admin, settings.positions_topic, partitions, settings.kafka.request_timeout_s
+    )
+    return partitions
+
+
+def select_partitions(requested: Sequence[int] | None, partitions: int) -> list[int]:
+    if not requested:
+        return list(range(partitions))
+    unknown = sorted(p for p in requested if not 0 <= p < partitions)
+    if unknown:
+        raise ConfigurationError(
+            f"relay partition {unknown[0]} does not exist (the outbox has {partitions}: "
+            f"0..{partitions - 1})"
+        )
+    return sorted(set(requested))
+
+
+def for_database(settings: RelaySettings, engine: Engine) -> tuple[RelaySettings, PositionOwner]:
+    """``settings`` with the prefix and positions group the database chose where unset, and
+    the owner every position of these relays carries (read once per run)."""
+    identity = PostgresOutboxSource(engine, settings.database_url).identity()
+    settings = settings.with_database_defaults(identity.default_prefix)
+    return settings, PositionOwner(identity.database_id, settings.prefix)
+
+
+def build_partition_relay(
+    settings: RelaySettings,
+    owner: PositionOwner,
+    partition: int,
+    engine: Engine,
+    *,
+    retry: RetryPolicy | None = None,
+    clock: Clock | None = None,
+    observer: RelayObserver | None = None,
+) -> PartitionRelay:
+    """``settings`` and ``owner`` as :func:`for_database` returns them."""
+    return PartitionRelay(
+        partition,
+        PostgresOutboxSource(engine, settings.database_url),
+        KafkaTransactionalPublisher(settings, partition, owner),
+        owner=owner,
+        batch_size=settings.batch_size,
+        batch_bytes=settings.batch_bytes,
+        transaction_timeout_s=settings.kafka.transaction_timeout_ms / 1000,
+        cleanup=settings.cleanup,
+        retry=retry,
+        clock=clock,
+        failpoints=Failpoints.from_env(),
+        observer=observer,
+    )

@@ -1,0 +1,120 @@
+"""`relay run` processes share the relay partitions (issue 10, point 3; I3).
+
+Three processes join the members group and divide six relay partitions. One is killed
+(SIGKILL), then one is paused (SIGSTOP) past the session timeout and resumed: every
+time, the partitions it held are taken over and keep flowing, the resumed process hands
+on (or is fenced out of) what the group gave away without stopping its other work, and
+a read_committed reader finds every row exactly once, in order.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.integration.support import (
+    RelayTestEnv,
+    assert_exactly_once_in_order,
+    migrate,
+    read_committed,
+    start_relay,
+    wait_until,
+)
+from tests.integration.writes import write_events
+
+_PARTITIONS = 6
+_SESSION_MS = 6000  # the broker's group.min.session.timeout.ms
+_CHANGE = re.compile(
+    r"(taking|handing) relay partitions \[([\d, ]*)\]|relay partition (\d+) released"
+)
+
+
+def holdings(log: Path) -> set[int]:
+    """The relay partitions a process holds now, as its log tells."""
+    held: set[int] = set()
+    for match in _CHANGE.finditer(log.read_text()):
+        verb, listed, released = match.groups()
+        changed = {int(p) for p in (listed or released).split(",") if p.strip()}
+        held = held | changed if verb == "taking" else held - changed
+    return held
+
+
+def drained(env: RelayTestEnv) -> bool:
+    return env.sql("SELECT count(*) FROM outbox") == [(0,)]
+
+
+def test_processes_share_the_partitions_and_take_over_a_dead_or_paused_ones(
+    relay_env: RelayTestEnv, topic: str, tmp_path: Path
+) -> None:
+    env = relay_env
+    migrate(env.database_url, _PARTITIONS)
+    logs = [tmp_path / f"relay-{name}.log" for name in "abc"]
+    members = [
+        start_relay(env, "run", log=log, RELAY_MEMBER_SESSION_TIMEOUT_MS=str(_SESSION_MS))
+        for log in logs
+    ]
+    ids: set[int] = set()
+
+    def explain() -> str:
+        return "\n".join(f"--- {log.name}\n{log.read_text()[-6000:]}" for log in logs)
+
+    spread = spread_between(logs)
+    try:
+        wait_until(spread, 90, "three members holding two relay partitions each", explain)
+        ids |= write_events(env.database_url, topic, 300)
+        wait_until(lambda: drained(env), 60, "the three members to publish", explain)
+        assert all("published seq" in log.read_text() for log in logs), explain()
+
+        a, b, c = members
+        a.send_signal(signal.SIGKILL)
+        a.wait()
+        killed = time.monotonic()
+        ids |= write_events(env.database_url, topic, 300)
+        wait_until(lambda: drained(env), 90, "the others to take a killed member's over", explain)
+        print(f"a killed member's partitions: rows out {time.monotonic() - killed:.1f} s later")
+
+        os.kill(b.pid, signal.SIGSTOP)
+        paused = time.monotonic()
+        ids |= write_events(env.database_url, topic, 300)
+        wait_until(lambda: drained(env), 90, "the last member to take a paused one's over", explain)
+        print(f"a paused member's partitions: rows out {time.monotonic() - paused:.1f} s later")
+        wait_until(
+            lambda: holdings(logs[2]) == set(range(_PARTITIONS)), 60, "c to hold all", explain
+        )
+        os.kill(b.pid, signal.SIGCONT)
+
+        wait_until(spread_between(logs[1:]), 90, "the resumed member to rejoin and share", explain)
+        ids |= write_events(env.database_url, topic, 300)
+        wait_until(lambda: drained(env), 60, "both members to publish after the resume", explain)
+        assert b.poll() is None and c.poll() is None, explain()
+    finally:
+        for member in members:
+            if member.poll() is None:
+                os.kill(member.pid, signal.SIGCONT)
+                member.terminate()
+        codes = [_exit_code(member) for member in members]
+    assert codes[1:] == [0, 0], explain()  # SIGTERM: finish the batch, leave the group
+    assert_exactly_once_in_order(read_committed(env.bootstrap_servers, topic), ids)
+
+
+def spread_between(logs: list[Path]) -> Callable[[], bool]:
+    """Whether every one of ``logs``' processes holds relay partitions, and together all."""
+
+    def check() -> bool:
+        held = [holdings(log) for log in logs]
+        return all(held) and sorted(p for h in held for p in h) == list(range(_PARTITIONS))
+
+    return check
+
+
+def _exit_code(member: subprocess.Popen[str]) -> int:
+    try:
+        return member.wait(90)
+    except subprocess.TimeoutExpired:
+        member.kill()
+        return member.wait()

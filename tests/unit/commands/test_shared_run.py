@@ -1,0 +1,101 @@
+"""Which relay partitions a sharing `relay run` process runs (relay.commands.shared_run)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+
+from relay.commands.shared_run import PartitionWorkers
+from relay.errors import DatabaseError, ProducerFencedError
+from relay.publishing.types import DrainResult
+from tests.fakes.publishing import FakeClock
+
+
+class Partitions:
+    """Partition bodies that run until stopped, or fail as told."""
+
+    def __init__(self) -> None:
+        self.started: Counter[int] = Counter()
+        self.running: dict[int, threading.Event] = {}
+        self.fail: dict[int, Exception] = {}
+        self.released: list[int] = []
+
+    def run(self, partition: int, stop: threading.Event) -> DrainResult:
+        self.started[partition] += 1
+        if (error := self.fail.pop(partition, None)) is not None:
+            raise error
+        self.running[partition] = stop
+        stop.wait()
+        return DrainResult(partition, 0, 0, 0)
+
+
+def workers_for(parts: Partitions, clock: FakeClock) -> PartitionWorkers:
+    return PartitionWorkers(
+        parts.run,
+        clock=clock,
+        retake_after_s=20,
+        stop_within_s=10,
+        released=parts.released.append,
+        wake=lambda: None,
+    )
+
+
+def test_assigned_partitions_run_until_revoked_and_are_released() -> None:
+    parts, clock = Partitions(), FakeClock()
+    workers = workers_for(parts, clock)
+    workers.assigned([0, 1, 2])
+    workers.revoked([1])  # returns once partition 1's worker has finished
+    assert parts.released == [1]
+    assert [r.partition for r in workers.results] == [1]
+    workers.stop_all()
+    assert sorted(r.partition for r in workers.results) == [0, 1, 2]
+    assert dict(parts.started) == {0: 1, 1: 1, 2: 1}
+
+
+def test_a_fenced_partition_is_released_alone_and_taken_back_only_if_still_assigned() -> None:
+    parts, clock = Partitions(), FakeClock()
+    parts.fail = {1: ProducerFencedError("fenced"), 2: ProducerFencedError("fenced")}
+    workers = workers_for(parts, clock)
+    workers.assigned([0, 1, 2])
+    _until(lambda: parts.released.count(1) == 1 and parts.released.count(2) == 1)
+    workers.revoked([2])  # the group gave partition 2 to another member meanwhile
+    clock.now += 19
+    workers.check()
+    assert dict(parts.started) == {0: 1, 1: 1, 2: 1}  # too early to take 1 back
+    clock.now += 1
+    workers.check()
+    _until(lambda: parts.started[1] == 2)
+    assert parts.started[2] == 1  # not assigned here any more
+    assert 0 in parts.running and not parts.running[0].is_set()  # the others went on
+    workers.stop_all()
+
+
+def test_any_other_error_of_a_worker_stops_the_process() -> None:
+    parts, clock = Partitions(), FakeClock()
+    parts.fail = {3: DatabaseError("the database refused")}
+    workers = workers_for(parts, clock)
+    workers.assigned([3])
+    with pytest.raises(DatabaseError, match="refused"):
+        _until(lambda: _raises(workers.check))
+        workers.check()
+
+
+def _raises(check: Callable[[], None]) -> bool:
+    try:
+        check()
+    except Exception:
+        return True
+    return False
+
+
+def _until(condition: Callable[[], bool], timeout: float = 10) -> None:
+    """Until the workers' threads got there (polled, with a deadline)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for the workers")
+        threading.Event().wait(0.01)
