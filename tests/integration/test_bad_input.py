@@ -140,11 +140,8 @@ def test_rows_written_by_plain_sql_that_cannot_become_records_are_dead_lettered(
             h=headers,
         )
     bad = {int(r[0]) for r in relay_env.sql("SELECT id FROM outbox")} - good_before  # type: ignore[call-overload]
-    good = (
-        publish_events(
-            relay_env.database_url, [relay.Event(topic, "k", {"n": n}) for n in range(3, 6)]
-        )
-        - bad
+    good = good_before | publish_events(
+        relay_env.database_url, [relay.Event(topic, "k", {"n": n}) for n in range(3, 6)]
     )
 
     result = run_relay(relay_env, "run", "--once")
