@@ -81,6 +81,12 @@ def _roles(args: argparse.Namespace) -> int:
 
 
 def _partitions(args: argparse.Namespace) -> int:
-    before = db.set_partitions(database_url_from_args(args), args.count)
+    before, barrier = db.set_partitions(database_url_from_args(args), args.count)
     log.info("relay partitions: %d -> %d", before, args.count)
+    if barrier is not None:
+        log.info(
+            "rows above position %d wait until every row up to it is published, so that "
+            "each key's events stay in order",
+            barrier,
+        )
     return 0

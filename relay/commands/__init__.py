@@ -5,6 +5,6 @@ that take typed settings and return typed results.
 :mod:`~relay.commands.shared_run` partitions shared among processes),
 :mod:`~relay.commands.mirror` (the mirror), :mod:`~relay.commands.db` (migrations and
 roles), :mod:`~relay.commands.status`, :mod:`~relay.commands.positions` and
-:mod:`~relay.commands.dead_letters` (what ops run by hand). The CLI (:mod:`relay.cli`) is a thin shell
-over these; the jobs in ``jobs/`` call them too.
+:mod:`~relay.commands.dead_letters` (what ops run by hand). The CLI (:mod:`relay.cli`)
+is a thin shell over these; the jobs in ``jobs/`` call them too.
 """

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from relay.postgres import migrations
 from relay.postgres.engine import make_engine
 from relay.postgres.migrations import SchemaRevision
-from relay.postgres.outbox_source import change_partition_count
+from relay.postgres.outbox_source import CountChange, change_partition_count
 from relay.postgres.roles import grant_roles
 from relay.runtime.secrets import Secret
 
@@ -39,10 +39,11 @@ def roles(url: Secret, mirror_tables: Sequence[str] = ()) -> None:
         engine.dispose()
 
 
-def set_partitions(url: Secret, partitions: int) -> int:
-    """Change the relay partition count; refused (a DatabaseError) while committed rows
-    wait to be published. Returns the count before. The positions topic grows to match
-    when the relay next starts."""
+def set_partitions(url: Secret, partitions: int) -> CountChange:
+    """Change the relay partition count. Raising it on a live outbox keeps per-key order
+    (rows above the returned barrier wait for every row up to it); lowering it is refused
+    (a DatabaseError) while committed rows wait to be published. Sharing `relay run`
+    processes notice within seconds and grow the positions topic to match."""
     engine = make_engine(url, pool_size=1)
     try:
         return change_partition_count(engine, url, partitions)

@@ -15,7 +15,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from relay.commands.commit_watch import CommitWatch
-from relay.commands.shared_run import PartitionWorkers, poll_until_stopped
+from relay.commands.shared_run import CountWatch, PartitionWorkers, poll_until_stopped
 from relay.commands.startup import (
     build_partition_relay,
     check_environment,
@@ -25,9 +25,7 @@ from relay.commands.startup import (
 from relay.errors import ProducerFencedError, RetriableError
 from relay.kafka.membership import KafkaMembership
 from relay.postgres.engine import make_engine
-from relay.postgres.outbox_source import (
-    committed_tops,
-)
+from relay.postgres.outbox_source import committed_tops, relay_partitions
 from relay.postgres.outbox_status import outbox_status
 from relay.publishing.partition_relay import PartitionRelay
 from relay.publishing.types import DrainResult, PositionOwner
@@ -80,8 +78,17 @@ class ProcessRelay:
         self.metrics = metrics or OutboxMetrics()
 
     def run(self, once: bool) -> RunSummary[DrainResult]:
-        engine = make_engine(self._settings.database_url, pool_size=1)
         shared = not once and not self._requested
+        while True:
+            summary = self._run_round(once, shared)
+            if summary is not None:
+                return summary
+            log.info("the relay partition count changed: joining the members group again")
+
+    def _run_round(self, once: bool, shared: bool) -> RunSummary[DrainResult] | None:
+        """Start-up checks, then run; None when a sharing process saw the relay partition
+        count change (relay db partitions) and must start over with the new count."""
+        engine = make_engine(self._settings.database_url, pool_size=1)
         try:
             count = check_environment(self._settings, engine)
             partitions = select_partitions(self._requested, count)
@@ -125,7 +132,7 @@ class ProcessRelay:
 
     def _share_partitions(
         self, settings: RelaySettings, owner: PositionOwner, engine: Engine, count: int
-    ) -> RunSummary[DrainResult]:
+    ) -> RunSummary[DrainResult] | None:
         partitions = list(range(count))
         watch = CommitWatch(
             partitions,
@@ -158,18 +165,24 @@ class ProcessRelay:
         membership = KafkaMembership(
             settings, count, assigned=workers.assigned, revoked=workers.revoked
         )
+        this_round = threading.Event()  # set when the process stops or the count changed
         watcher = threading.Thread(
-            target=watch.run, args=(self.stop_event,), name="relay-watch", daemon=True
+            target=watch.run, args=(this_round,), name="relay-watch", daemon=True
         )
         watcher.start()
         membership.join()
+        counted = partial(relay_partitions, engine, settings.database_url)
         try:
-            poll_until_stopped(membership.poll, workers, self.stop_event)
+            changed = poll_until_stopped(
+                membership.poll, workers, self.stop_event, CountWatch(counted, count, self._clock)
+            )
         finally:
-            self.stop_event.set()
+            this_round.set()
             workers.stop_all()
             membership.close()  # after the last batch: the others take over at once
             watcher.join()
+        if changed:
+            return None
         return RunSummary(tuple(sorted(workers.results, key=lambda r: r.partition)))
 
     def _run_partitions(

@@ -24,7 +24,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 
-from relay.errors import ProducerFencedError
+from relay.errors import ProducerFencedError, RelayError
 from relay.publishing.types import DrainResult
 from relay.runtime.clock import Clock
 
@@ -154,10 +154,42 @@ class PartitionWorkers:
             del self._workers[partition]
 
 
+class CountWatch:
+    """Whether the relay partition count moved away from ``count`` (asked every few
+    seconds): the process then starts over, so that the new partitions get members."""
+
+    def __init__(
+        self, counted: Callable[[], int], count: int, clock: Clock, every_s: float = 5.0
+    ) -> None:
+        self._counted, self._count, self._clock, self._every_s = counted, count, clock, every_s
+        self._asked = clock.monotonic()
+
+    def __call__(self) -> bool:
+        now = self._clock.monotonic()
+        if now - self._asked < self._every_s:
+            return False
+        self._asked = now
+        try:
+            found = self._counted()
+        except RelayError as exc:  # asked again later; the partitions go on meanwhile
+            log.warning("reading the relay partition count: %s", exc)
+            return False
+        if found != self._count:
+            log.info("the relay partition count changed from %d to %d", self._count, found)
+        return found != self._count
+
+
 def poll_until_stopped(
-    poll: Callable[[float], None], workers: PartitionWorkers, stop: threading.Event
-) -> None:
-    """The polling loop of a sharing process: the group's callbacks run inside ``poll``."""
+    poll: Callable[[float], None],
+    workers: PartitionWorkers,
+    stop: threading.Event,
+    count_changed: Callable[[], bool],
+) -> bool:
+    """The polling loop of a sharing process: the group's callbacks run inside ``poll``.
+    True when it ended because the relay partition count changed."""
     while not stop.is_set():
         poll(_POLL_S)
         workers.check()
+        if count_changed():
+            return True
+    return False

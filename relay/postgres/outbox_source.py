@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import NamedTuple
 
 from sqlalchemy import Connection, Engine, text
 
@@ -110,6 +111,9 @@ _DEAD_LETTER = text(
     """
 )
 _PARTITIONS = text("SELECT partitions FROM outbox_settings")
+_COUNT_CHANGE_PENDING = text(
+    "SELECT barrier IS NOT NULL AND outbox_unpublished_up_to(barrier) FROM outbox_settings"
+)
 HELD_UP_WARNING_S = 10.0
 """How long a partition's horizon may be held up before each warning."""
 
@@ -169,6 +173,10 @@ class PostgresOutboxSource:
             up_to = self._horizon(conn, partition)
             found = conn.execute(_HIGH_WATER, {"partition": partition, "up_to": up_to})
             return int(found.scalar_one())
+
+    def count_change_pending(self) -> bool:
+        with self._connection("reading outbox_settings") as conn:
+            return bool(conn.execute(_COUNT_CHANGE_PENDING).scalar_one())
 
     def fetch(
         self, partition: int, after_seq: int, limit: int, up_to_seq: int | None = None
@@ -268,17 +276,25 @@ def stranded_rows(engine: Engine, url: Secret, partitions: int) -> int:
         return int(found.scalar_one())
 
 
-def change_partition_count(engine: Engine, url: Secret, partitions: int) -> int:
-    """Set ``outbox_settings.partitions``; the database refuses while rows wait to be
-    published (``outbox_partition_count_guard``). Returns the count before."""
+class CountChange(NamedTuple):
+    before: int
+    barrier: int | None  # rows above it wait for every row up to it (None: nothing pending)
+
+
+def change_partition_count(engine: Engine, url: Secret, partitions: int) -> CountChange:
+    """Set ``outbox_settings.partitions`` (``outbox_partition_count_guard``): raising it
+    with rows pending sets the barrier; lowering it, or a second change before the rows
+    of the first are published, is refused while rows wait."""
     if not 1 <= partitions <= 4096:
         raise ConfigurationError(f"the relay partition count must be 1..4096, got {partitions}")
     with database_errors(url, "changing the relay partition count"), engine.begin() as conn:
         before = int(
             conn.execute(text("SELECT partitions FROM outbox_settings FOR UPDATE")).scalar_one()
         )
-        conn.execute(text("UPDATE outbox_settings SET partitions = :n"), {"n": partitions})
-    return before
+        barrier = conn.execute(
+            text("UPDATE outbox_settings SET partitions = :n RETURNING barrier"), {"n": partitions}
+        ).scalar_one()
+    return CountChange(before, None if barrier is None else int(barrier))
 
 
 _TOPS = text(

@@ -27,6 +27,8 @@ outbox_settings = sa.Table(
     metadata,
     sa.Column("singleton", sa.Boolean, primary_key=True),
     sa.Column("partitions", sa.Integer, nullable=False),
+    # Set while rows partitioned with the previous count wait (0009_live_partition_count).
+    sa.Column("barrier", sa.BigInteger, nullable=True),
 )
 
 outbox_identity = sa.Table(

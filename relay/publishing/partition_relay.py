@@ -55,6 +55,9 @@ from relay.runtime.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 
+_COUNT_CHANGE_POLL_S = 0.2
+_COUNT_CHANGE_WAIT_S = 120.0
+
 
 class PartitionRelay:
     """Publishes the committed outbox rows of one relay partition to Kafka, exactly once."""
@@ -302,17 +305,40 @@ class PartitionRelay:
         """Publish every row committed before this call, then return."""
         if self._position is None:
             self.start()
-        target = self._source.high_water(self.partition)
         records = batches = 0
-        while self.position < target and not (stop is not None and stop.is_set()):
-            result = self.publish_batch(up_to_seq=target, stop=stop)
-            if result is None:
+        held_since = self._clock.monotonic()
+        while True:
+            # Rows of a previous relay partition count pending: the target stops below
+            # them, and the drain goes round again once they are published.
+            held = self._source.count_change_pending()
+            target = self._source.high_water(self.partition)
+            while self.position < target and not (stop is not None and stop.is_set()):
+                result = self.publish_batch(up_to_seq=target, stop=stop)
+                if result is None:
+                    break
+                records += result.records
+                batches += 1
+            if not held or not self._wait_for_count_change(held_since, stop):
                 break
-            records += result.records
-            batches += 1
         if batches == 0 and self.position > 0:
             self.keep_alive()  # an idle partition of a scheduled run keeps its position
         return DrainResult(self.partition, records, batches, self.position)
+
+    def _wait_for_count_change(self, since: float, stop: threading.Event | None) -> bool:
+        """While rows of the previous relay partition count wait in other partitions, the
+        rows above them here are not settled yet (0009_live_partition_count): a drain
+        waits for the run's other partitions, for at most ``_COUNT_CHANGE_WAIT_S``. False
+        when it stops waiting."""
+        if not self._source.count_change_pending():
+            return True  # published meanwhile: one more round
+        if self._clock.monotonic() - since >= _COUNT_CHANGE_WAIT_S:
+            log.warning(
+                "relay partition %d: rows of the previous relay partition count are still "
+                "unpublished in other partitions; the rows above them wait for a later run",
+                self.partition,
+            )
+            return False
+        return not self._clock.wait(_COUNT_CHANGE_POLL_S, stop)
 
     def close(self) -> None:
         self._publisher.close()

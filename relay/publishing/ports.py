@@ -22,6 +22,12 @@ class OutboxSource(Protocol):
         """Up to ``limit`` rows with ``after_seq < seq [<= up_to_seq]``, ascending seq."""
         ...
 
+    def count_change_pending(self) -> bool:
+        """Whether rows partitioned with the previous relay partition count still wait to
+        be published (in any partition): until then no partition is settled above them
+        (0009_live_partition_count)."""
+        ...
+
     def last_assigned_seq(self) -> int:
         """The largest seq this database ever handed out, in any partition (0 when none)."""
         ...

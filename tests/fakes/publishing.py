@@ -53,6 +53,9 @@ class MemoryOutbox:
             self.rows.setdefault(r.partition, []).append(r)
             self.assigned = max(self.assigned, r.seq)
 
+    def count_change_pending(self) -> bool:
+        return False
+
     def high_water(self, partition: int) -> int:
         return max((r.seq for r in self.rows.get(partition, [])), default=0)
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from relay.commands.shared_run import PartitionWorkers
+from relay.commands.shared_run import CountWatch, PartitionWorkers
 from relay.errors import DatabaseError, ProducerFencedError
 from relay.publishing.types import DrainResult
 from tests.fakes.publishing import FakeClock
@@ -99,3 +99,22 @@ def _until(condition: Callable[[], bool], timeout: float = 10) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("timed out waiting for the workers")
         threading.Event().wait(0.01)
+
+
+def test_the_count_watch_asks_every_few_seconds_and_survives_a_failed_read() -> None:
+    clock, counts = FakeClock(), [4, 4]
+
+    def counted() -> int:
+        if not counts:
+            raise DatabaseError("the database went away")
+        return counts.pop(0)
+
+    watch = CountWatch(counted, 4, clock, every_s=5)
+    assert not watch() and counts == [4, 4]  # too early to ask
+    clock.now += 5
+    assert not watch() and counts == [4]
+    counts[0] = 8
+    clock.now += 5
+    assert watch()
+    clock.now += 5
+    assert not watch()  # a failed read is no change
