@@ -19,6 +19,12 @@ from relay.runtime.secrets import Secret
 # warning (one query for both; docs/operations.md, "A relay partition held up ...").
 
 _NOW = text("SELECT statement_timestamp()")
+# The position up to which rows of the previous relay partition count are unpublished,
+# holding every partition there (0009_live_partition_count); NULL when none.
+_BARRIER = text(
+    "SELECT barrier FROM outbox_settings "
+    "WHERE barrier IS NOT NULL AND outbox_unpublished_up_to(barrier)"
+)
 # Rows of outbox_positions above each partition's position: pending (I2's positions).
 _OUTBOX = text(
     """
@@ -60,7 +66,9 @@ class OutboxPartitionStatus:
     floor: int  # recorded as published (outbox_published_floor; 0: never)
     last_publish: datetime | None  # when the floor last rose (None: never)
     dead_letters: int  # rows in outbox_dead_letters
-    held_up_by: tuple[str, ...]  # transactions holding the partition's lock (a snapshot)
+    # What holds the partition's horizon (a snapshot): transactions holding its lock, and
+    # rows of the previous relay partition count still unpublished.
+    held_up_by: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +90,15 @@ def outbox_status(
     with database_errors(url, "reading the outbox's status"), engine.connect() as conn:
         now = conn.execute(_NOW).scalar_one()
         rows = conn.execute(_OUTBOX, params).all()
+        barrier = conn.execute(_BARRIER).scalar()
+        count_change = (
+            ()
+            if barrier is None
+            else (f"rows up to position {barrier} of the previous relay partition count",)
+        )
         holders = {
-            p: tuple(conn.execute(HORIZON_BLOCKERS, {"partition": p}).scalars()) for p in partitions
+            p: tuple(conn.execute(HORIZON_BLOCKERS, {"partition": p}).scalars()) + count_change
+            for p in partitions
         }
     return now, [
         OutboxPartitionStatus(

@@ -107,7 +107,10 @@ def test_raising_the_count_with_rows_pending_holds_the_new_rows_behind_the_old(
     later = write_events(relay_env.database_url, topic, 200)
     moved = _moved_keys(relay_env, RELAY_PARTITIONS)
     assert moved, "some keys should now be in the new partitions"
-    # No partition is settled above the barrier while rows up to it wait.
+    # No partition is settled above the barrier while rows up to it wait; status says why.
+    report = run_relay(relay_env, "status", "--output", "json")
+    assert report.returncode == 0, report.stderr
+    assert f"rows up to position {barrier} of the previous relay partition count" in report.stdout
     horizons = [
         h for (h,) in relay_env.sql("SELECT outbox_horizon(p) FROM generate_series(0, 7) p")
     ]
