@@ -4,7 +4,9 @@ By default ``relay.devenv.up()`` starts (or reuses) the local development server
 ``<rootdir>/.relay-dev`` (or ``$RELAY_DEV_DIR``); they are left running for the next run
 (``python -m relay.devenv down`` stops them, as does ``RELAY_TEST_STOP_SERVICES=1``).
 Set ``RELAY_TEST_DATABASE_URL`` and ``RELAY_TEST_KAFKA_BOOTSTRAP_SERVERS`` to test against
-servers of your own instead; the database role must be allowed to CREATE DATABASE.
+servers of your own instead; the database role must be allowed to CREATE DATABASE. The tests
+that need a second, independent Kafka cluster use the development one (``relay dev up``
+starts it too) or ``RELAY_TEST_TARGET_KAFKA_BOOTSTRAP_SERVERS``.
 """
 
 from __future__ import annotations
@@ -107,6 +109,23 @@ def sasl_endpoint(endpoints: Endpoints) -> SaslEndpoint:
     pytest.skip("the development broker has no SASL listener (restart it: relay dev up)")
 
 
+@pytest.fixture(scope="session")
+def target_bootstrap_servers(endpoints: Endpoints) -> str:
+    """``bootstrap.servers`` (PLAINTEXT) of a second Kafka cluster, independent of the one
+    of ``bootstrap_servers`` (e.g. a replication target): the development environment's, or
+    ``RELAY_TEST_TARGET_KAFKA_BOOTSTRAP_SERVERS``."""
+    given = os.environ.get("RELAY_TEST_TARGET_KAFKA_BOOTSTRAP_SERVERS", "")
+    if given:
+        return given
+    if endpoints.target_bootstrap_servers is not None:
+        return endpoints.target_bootstrap_servers
+    pytest.skip(
+        "RELAY_TEST_KAFKA_BOOTSTRAP_SERVERS is an external broker: set "
+        "RELAY_TEST_TARGET_KAFKA_BOOTSTRAP_SERVERS (a second, independent cluster) to run "
+        "the tests that need two Kafka clusters"
+    )
+
+
 def _libpq_url(url: URL) -> str:
     return url.set(drivername="postgresql").render_as_string(hide_password=False)
 
@@ -177,6 +196,12 @@ def kafka_admin(bootstrap_servers: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap_servers})
 
 
+@pytest.fixture(scope="session")
+def target_kafka_admin(target_bootstrap_servers: str) -> AdminClient:
+    """An admin client of the second Kafka cluster (``target_bootstrap_servers``)."""
+    return AdminClient({"bootstrap.servers": target_bootstrap_servers})
+
+
 def _wait_for_topic(admin: AdminClient, name: str, partitions: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
@@ -198,6 +223,16 @@ def make_topic(kafka_admin: AdminClient) -> Iterator[Callable[..., str]]:
     """``make_topic(name=None, partitions=1) -> str`` creates a topic and waits until every
     partition has a leader. ``name`` is a prefix: a unique suffix is always appended, so
     reruns against a reused broker never collide. Topics are deleted after the test."""
+    yield from _topic_maker(kafka_admin)
+
+
+@pytest.fixture
+def make_target_topic(target_kafka_admin: AdminClient) -> Iterator[Callable[..., str]]:
+    """:func:`make_topic` for the second Kafka cluster (``target_bootstrap_servers``)."""
+    yield from _topic_maker(target_kafka_admin)
+
+
+def _topic_maker(kafka_admin: AdminClient) -> Iterator[Callable[..., str]]:
     created: list[str] = []
 
     def make(

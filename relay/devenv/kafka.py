@@ -10,6 +10,7 @@ import logging
 import shutil
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from confluent_kafka import KafkaException, Producer
@@ -66,6 +67,7 @@ log = logging.getLogger("relay.devenv.kafka")
 
 _WARMUP_TXN_ID = "relay-devenv-warmup"
 _WARMUP_GROUP = "relay-devenv-warmup"
+_NO_SASL = 0  # the kafka_sasl_port recorded in state.json for a broker without SASL listener
 
 
 def bootstrap_servers(port: int) -> str:
@@ -88,15 +90,17 @@ def kafka_pid(workdir: Path | None = None) -> int | None:
     return pid
 
 
-def kafka_ports(workdir: Path | None = None) -> Ports:
-    """Ports the broker of ``workdir`` was last started with (else the configured ones)."""
+def kafka_ports(workdir: Path | None = None, configured: Ports | None = None) -> Ports:
+    """Ports the broker of ``workdir`` was last started with (else ``configured``, by
+    default :func:`configured_ports`)."""
     state = read_state(resolve_workdir(workdir))
-    conf = configured_ports()
-    return Ports(
-        postgres=conf.postgres,
+    conf = configured or configured_ports()
+    sasl = state.get("kafka_sasl_port", conf.kafka_sasl)
+    return replace(
+        conf,
         kafka=state.get("kafka_port", conf.kafka),
         kafka_controller=state.get("kafka_controller_port", conf.kafka_controller),
-        kafka_sasl=state.get("kafka_sasl_port", conf.kafka_sasl),
+        kafka_sasl=None if sasl == _NO_SASL else sasl,
     )
 
 
@@ -256,7 +260,7 @@ def _check_ports_free(wd: Path, ports: Ports) -> None:
         (ports.kafka_sasl, ENV_KAFKA_SASL_PORT),
     )
     for p, env in wanted:
-        if port_open(p):
+        if p is not None and port_open(p):
             raise DevEnvError(
                 f"{LOOPBACK}:{p} is already in use by another process (not the Kafka "
                 f"broker of {wd}); stop it or choose another port with {env}"
@@ -283,11 +287,12 @@ def _launch(
         "kafka.Kafka",
         str(props),
     ]
+    sasl = "no SASL" if ports.kafka_sasl is None else f"SASL port {ports.kafka_sasl}"
     log.info(
-        "starting Kafka broker on %s:%d (SASL port %d, controller port %d)",
+        "starting Kafka broker on %s:%d (%s, controller port %d)",
         LOOPBACK,
         ports.kafka,
-        ports.kafka_sasl,
+        sasl,
         ports.kafka_controller,
     )
     pid = spawn_detached(argv, cwd=kdir, output=console_log(wd))
@@ -296,7 +301,7 @@ def _launch(
         wd,
         kafka_port=ports.kafka,
         kafka_controller_port=ports.kafka_controller,
-        kafka_sasl_port=ports.kafka_sasl,
+        kafka_sasl_port=_NO_SASL if ports.kafka_sasl is None else ports.kafka_sasl,
     )
     return pid
 

@@ -193,20 +193,25 @@ def properties_path(workdir: Path) -> Path:
 def broker_properties(
     workdir: Path, ports: Ports, overrides: Mapping[str, str] | None = None
 ) -> str:
-    """Text of ``server.properties`` for a broker of ``workdir`` on ``ports``, with
-    ``overrides`` (e.g. ``offsets.retention.minutes`` for a test's own broker) on top."""
+    """Text of ``server.properties`` for a broker of ``workdir`` on ``ports`` (without a
+    SASL listener when ``ports.kafka_sasl`` is None), with ``overrides`` (e.g.
+    ``offsets.retention.minutes`` for a test's own broker) on top."""
     kdir = kafka_dir(workdir)
-    sasl = SASL_LISTENER.lower()
     plaintext = f"PLAINTEXT://{LOOPBACK}:{ports.kafka}"
-    sasl_listener = f"{SASL_LISTENER}://{LOOPBACK}:{ports.kafka_sasl}"
+    controller = f"CONTROLLER://{LOOPBACK}:{ports.kafka_controller}"
+    listeners = {"listeners": f"{plaintext},{controller}", "advertised.listeners": plaintext}
+    if ports.kafka_sasl is not None:
+        sasl = SASL_LISTENER.lower()
+        sasl_listener = f"{SASL_LISTENER}://{LOOPBACK}:{ports.kafka_sasl}"
+        listeners = {
+            "listeners": f"{plaintext},{sasl_listener},{controller}",
+            "advertised.listeners": f"{plaintext},{sasl_listener}",
+            f"listener.name.{sasl}.sasl.enabled.mechanisms": SASL_MECHANISM,
+            f"listener.name.{sasl}.{SASL_MECHANISM.lower()}.sasl.jaas.config": _jaas_config(),
+        }
     settings = {
         **BROKER_SETTINGS,
-        "listeners": (
-            f"{plaintext},{sasl_listener},CONTROLLER://{LOOPBACK}:{ports.kafka_controller}"
-        ),
-        "advertised.listeners": f"{plaintext},{sasl_listener}",
-        f"listener.name.{sasl}.sasl.enabled.mechanisms": SASL_MECHANISM,
-        f"listener.name.{sasl}.{SASL_MECHANISM.lower()}.sasl.jaas.config": _jaas_config(),
+        **listeners,
         "controller.quorum.voters": f"1@{LOOPBACK}:{ports.kafka_controller}",
         "log.dirs": str(kdir / "data"),
         **(overrides or {}),

@@ -56,7 +56,25 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return process_state(pid) not in ("Z", "X")
+    return process_state(pid) not in ("Z", "X") or _threads_alive(pid)
+
+
+def _threads_alive(pid: int) -> bool:
+    """True if a thread of ``pid`` has not exited yet: a killed multi-threaded process (a
+    JVM) shows its main thread as a zombie while the others still exit, holding its sockets."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tids:
+        try:
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if fields and fields[0] not in ("Z", "X"):
+            return True
+    return False
 
 
 def process_stat(pid: int) -> list[str] | None:

@@ -10,7 +10,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
 
@@ -27,11 +27,15 @@ ENV_PG_PORT = "RELAY_DEV_PG_PORT"
 ENV_KAFKA_PORT = "RELAY_DEV_KAFKA_PORT"
 ENV_CONTROLLER_PORT = "RELAY_DEV_KAFKA_CONTROLLER_PORT"
 ENV_KAFKA_SASL_PORT = "RELAY_DEV_KAFKA_SASL_PORT"
+ENV_TARGET_KAFKA_PORT = "RELAY_DEV_TARGET_KAFKA_PORT"
+ENV_TARGET_CONTROLLER_PORT = "RELAY_DEV_TARGET_KAFKA_CONTROLLER_PORT"
 
 DEFAULT_PG_PORT = 55432
 DEFAULT_KAFKA_PORT = 59092
 DEFAULT_CONTROLLER_PORT = 59093
 DEFAULT_KAFKA_SASL_PORT = 59094
+DEFAULT_TARGET_KAFKA_PORT = 59192
+DEFAULT_TARGET_CONTROLLER_PORT = 59193
 
 
 def env_workdir() -> Path | None:
@@ -55,8 +59,22 @@ class Ports:
     postgres: int
     kafka: int
     kafka_controller: int
-    kafka_sasl: int = DEFAULT_KAFKA_SASL_PORT
-    """The broker's SASL_PLAINTEXT (PLAIN mechanism) listener."""
+    kafka_sasl: int | None = DEFAULT_KAFKA_SASL_PORT
+    """The broker's SASL_PLAINTEXT (PLAIN mechanism) listener; None: the broker has none."""
+    target_kafka: int = DEFAULT_TARGET_KAFKA_PORT
+    """Client (PLAINTEXT) listener of the broker of the second, independent Kafka cluster."""
+    target_kafka_controller: int = DEFAULT_TARGET_CONTROLLER_PORT
+    """KRaft controller listener of that broker."""
+
+    def target_broker(self) -> Ports:
+        """The second cluster's broker as ``start_kafka`` takes its ports: ``target_kafka``
+        and ``target_kafka_controller`` as its listeners, and no SASL listener."""
+        return replace(
+            self,
+            kafka=self.target_kafka,
+            kafka_controller=self.target_kafka_controller,
+            kafka_sasl=None,
+        )
 
 
 def _env_port(name: str, default: int) -> int:
@@ -79,9 +97,21 @@ def configured_ports() -> Ports:
         kafka=_env_port(ENV_KAFKA_PORT, DEFAULT_KAFKA_PORT),
         kafka_controller=_env_port(ENV_CONTROLLER_PORT, DEFAULT_CONTROLLER_PORT),
         kafka_sasl=_env_port(ENV_KAFKA_SASL_PORT, DEFAULT_KAFKA_SASL_PORT),
+        target_kafka=_env_port(ENV_TARGET_KAFKA_PORT, DEFAULT_TARGET_KAFKA_PORT),
+        target_kafka_controller=_env_port(
+            ENV_TARGET_CONTROLLER_PORT, DEFAULT_TARGET_CONTROLLER_PORT
+        ),
     )
-    if len({ports.postgres, ports.kafka, ports.kafka_controller, ports.kafka_sasl}) != 4:
-        raise DevEnvError(f"the development servers need four distinct ports, got {ports}")
+    wanted = (
+        ports.postgres,
+        ports.kafka,
+        ports.kafka_controller,
+        ports.kafka_sasl,
+        ports.target_kafka,
+        ports.target_kafka_controller,
+    )
+    if len(set(wanted)) != len(wanted):
+        raise DevEnvError(f"the development servers need {len(wanted)} distinct ports, got {ports}")
     return ports
 
 

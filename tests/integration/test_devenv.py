@@ -1,4 +1,5 @@
-"""The local development servers: idempotent ``up`` and real PostgreSQL/Kafka connectivity."""
+"""The local development servers: idempotent ``up`` and real PostgreSQL/Kafka connectivity,
+including the second, independent Kafka cluster."""
 
 from __future__ import annotations
 
@@ -27,8 +28,10 @@ def local_workdir(devenv_workdir: Path | None, endpoints: Endpoints) -> Path:
 def test_up_is_idempotent(local_workdir: Path, endpoints: Endpoints) -> None:
     pg_pid = devenv.postgres_pid(local_workdir)
     kafka_pid = devenv.kafka_pid(local_workdir)
+    target_pid = devenv.target_kafka_pid(local_workdir)
     assert pg_pid is not None
     assert kafka_pid is not None
+    assert target_pid is not None
 
     started = time.monotonic()
     again = devenv.up(local_workdir)
@@ -38,9 +41,10 @@ def test_up_is_idempotent(local_workdir: Path, endpoints: Endpoints) -> None:
     assert elapsed < 10, f"a warm up() took {elapsed:.1f}s"
     assert devenv.postgres_pid(local_workdir) == pg_pid
     assert devenv.kafka_pid(local_workdir) == kafka_pid
+    assert devenv.target_kafka_pid(local_workdir) == target_pid
     st = devenv.status(local_workdir)
     assert st.up
-    assert (st.postgres.pid, st.kafka.pid) == (pg_pid, kafka_pid)
+    assert (st.postgres.pid, st.kafka.pid, st.target_kafka.pid) == (pg_pid, kafka_pid, target_pid)
     assert st.endpoints == endpoints
     env_text = devenv.env_file(local_workdir).read_text()
     assert f"RELAY_DATABASE_URL='{endpoints.database_url}'" in env_text
@@ -50,6 +54,10 @@ def test_up_is_idempotent(local_workdir: Path, endpoints: Endpoints) -> None:
     assert f"RELAY_DEV_SASL_BOOTSTRAP_SERVERS='{sasl.bootstrap_servers}'" in env_text
     assert f"RELAY_DEV_SASL_USERNAME='{sasl.username}'" in env_text
     assert f"RELAY_DEV_SASL_PASSWORD='{sasl.password}'" in env_text
+    target = endpoints.target_bootstrap_servers
+    assert target is not None
+    assert f"RELAY_DEV_TARGET_KAFKA_BOOTSTRAP_SERVERS='{target}'" in env_text
+    assert f"RELAY_DEV_TARGET_KAFKA_BOOTSTRAP_SERVERS={target}" in devenv.describe(st)
 
 
 def test_printed_settings_mask_the_password(endpoints: Endpoints) -> None:
@@ -73,8 +81,37 @@ def test_sasl_port_is_configurable_and_distinct(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("RELAY_DEV_KAFKA_SASL_PORT", "60123")
     assert devenv.configured_ports().kafka_sasl == 60123
     monkeypatch.setenv("RELAY_DEV_KAFKA_SASL_PORT", str(devenv.configured_ports().kafka))
-    with pytest.raises(devenv.DevEnvError, match="four distinct ports"):
+    with pytest.raises(devenv.DevEnvError, match="6 distinct ports"):
         devenv.configured_ports()
+
+
+def test_second_cluster_ports_are_configurable_and_distinct(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RELAY_DEV_TARGET_KAFKA_PORT", "60124")
+    monkeypatch.setenv("RELAY_DEV_TARGET_KAFKA_CONTROLLER_PORT", "60125")
+    broker = devenv.configured_ports().target_broker()
+    assert (broker.kafka, broker.kafka_controller, broker.kafka_sasl) == (60124, 60125, None)
+    monkeypatch.setenv("RELAY_DEV_TARGET_KAFKA_PORT", str(devenv.configured_ports().kafka))
+    with pytest.raises(devenv.DevEnvError, match="6 distinct ports"):
+        devenv.configured_ports()
+    monkeypatch.setenv("RELAY_DEV_TARGET_KAFKA_CONTROLLER_PORT", "not-a-port")
+    with pytest.raises(devenv.DevEnvError, match="RELAY_DEV_TARGET_KAFKA_CONTROLLER_PORT"):
+        devenv.configured_ports()
+
+
+def test_second_cluster_broker_has_no_sasl_listener(tmp_path: Path) -> None:
+    ports = devenv.Ports(postgres=1, kafka=2, kafka_controller=3, kafka_sasl=4)
+    broker = ports.target_broker()
+    (tmp_path / "kafka").mkdir()
+    text = kafka_files.write_properties(tmp_path, broker).read_text()
+    assert "listeners=PLAINTEXT://127.0.0.1:59192,CONTROLLER://127.0.0.1:59193\n" in text
+    assert "SASL_PLAINTEXT://" not in text
+    assert "sasl.jaas.config" not in text
+    assert "transaction.state.log.replication.factor=1\n" in text
+    assert kafka_files.sasl_port(tmp_path) is None
+    assert kafka_files.properties_current(tmp_path, broker)
+    assert not kafka_files.properties_current(tmp_path, ports)
 
 
 def test_outdated_broker_configuration_is_detected(tmp_path: Path) -> None:
@@ -165,10 +202,11 @@ def _consume_all(bootstrap: str, topic: str, isolation: str, expected: int) -> l
     return values
 
 
-def test_kafka_transactions(bootstrap_servers: str, make_topic: Callable[..., str]) -> None:
-    topic = make_topic("devenv-txn", partitions=1)
+def _check_transactions(bootstrap: str, topic: str) -> None:
+    """A transactional producer commits, aborts and commits; read_committed sees the two
+    committed values only, read_uncommitted all three."""
     producer = Producer(
-        {"bootstrap.servers": bootstrap_servers, "transactional.id": f"test-{uuid.uuid4().hex}"}
+        {"bootstrap.servers": bootstrap, "transactional.id": f"test-{uuid.uuid4().hex}"}
     )
     producer.init_transactions(30)
     for value, commit in ((b"one", True), (b"aborted", False), (b"two", True)):
@@ -182,9 +220,32 @@ def test_kafka_transactions(bootstrap_servers: str, make_topic: Callable[..., st
         else:
             producer.abort_transaction(30)
 
-    assert _consume_all(bootstrap_servers, topic, "read_committed", 2) == [b"one", b"two"]
-    assert _consume_all(bootstrap_servers, topic, "read_uncommitted", 3) == [
+    assert _consume_all(bootstrap, topic, "read_committed", 2) == [b"one", b"two"]
+    assert _consume_all(bootstrap, topic, "read_uncommitted", 3) == [
         b"one",
         b"aborted",
         b"two",
     ]
+
+
+def test_kafka_transactions(bootstrap_servers: str, make_topic: Callable[..., str]) -> None:
+    _check_transactions(bootstrap_servers, make_topic("devenv-txn", partitions=1))
+
+
+def test_second_kafka_cluster_is_independent_and_transactional(
+    bootstrap_servers: str,
+    target_bootstrap_servers: str,
+    kafka_admin: AdminClient,
+    target_kafka_admin: AdminClient,
+    make_target_topic: Callable[..., str],
+) -> None:
+    assert target_bootstrap_servers != bootstrap_servers
+    first = kafka_admin.list_topics(timeout=15)
+    second = target_kafka_admin.list_topics(timeout=15)
+    assert first.cluster_id != second.cluster_id
+
+    topic = make_target_topic("devenv-target-txn", partitions=1)
+
+    assert topic in target_kafka_admin.list_topics(timeout=15).topics
+    assert topic not in kafka_admin.list_topics(timeout=15).topics
+    _check_transactions(target_bootstrap_servers, topic)
