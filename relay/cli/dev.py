@@ -1,4 +1,4 @@
-"""`relay dev up|down|status`: the local PostgreSQL and the two Kafka clusters servers for development."""
+"""`relay dev up|down|status`: local PostgreSQL and two Kafka clusters, for development."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from relay import devenv
 
 
 def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
-    parser = subparsers.add_parser("dev", help="local PostgreSQL and the two Kafka clusters for development")
+    parser = subparsers.add_parser(
+        "dev", help="local PostgreSQL and two Kafka clusters for development"
+    )
     parser.add_argument("action", choices=["up", "down", "status"])
     parser.set_defaults(handler=_dev)
 
