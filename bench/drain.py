@@ -3,7 +3,8 @@
 Each peer gets a fresh migrated database on the durable cluster (8 relay partitions),
 a fresh topic (6 partitions) and the same backlog (``common.fill_outbox``), and runs as a
 child process; its time is the process's wall time, start-up included, as an operator
-sees it. Peers: `relay run --once`, the Spark job jobs/outbox_relay.py at local[1] and
+sees it. Peers: `relay run --once` (one process, and two with half the partitions each,
+bench/split_run.py), the Spark job jobs/outbox_relay.py at local[1] and
 local[2], a raw transactional producer and a naive at-least-once relay
 (bench/forward_peers.py). Every run is checked: the topic holds exactly the backlog for
 a read_committed consumer. Also measured: the peak RSS of `relay run --once` on the big
@@ -16,6 +17,7 @@ import sys
 from collections.abc import Callable
 
 from .common import (
+    RELAY_PARTITIONS,
     Measured,
     Outcome,
     Row,
@@ -53,6 +55,14 @@ def _job(master: str) -> Command:
     return command
 
 
+def _split(processes: int) -> Command:
+    def command(url: str, bootstrap: str, prefix: str) -> tuple[list[str], dict[str, str]]:
+        split = [sys.executable, "-m", "bench.split_run", str(processes), str(RELAY_PARTITIONS)]
+        return split, relay_env(url, bootstrap, prefix)
+
+    return command
+
+
 def _peer(kind: str) -> Command:
     def command(url: str, bootstrap: str, prefix: str) -> tuple[list[str], dict[str, str]]:
         env = relay_env(url, bootstrap, prefix, BENCH_DATABASE_URL=url, BENCH_BOOTSTRAP=bootstrap)
@@ -63,6 +73,7 @@ def _peer(kind: str) -> Command:
 
 PEERS: dict[str, Command] = {
     "relay_run_once": _relay("run", "--once"),
+    "relay_run_once_x2": _split(2),
     "spark_local1": _job("local[1]"),
     "spark_local2": _job("local[2]"),
     "raw_txn_producer": _peer("raw"),
@@ -114,6 +125,14 @@ def run(admin_url: str, bootstrap: str, quick: bool) -> Outcome:
 
     ours = rate("relay_run_once")
     outcome = Outcome()
+    outcome.rows.append(
+        Row(
+            f"drain {rows:,} rows: relay run --once, 2 processes vs naive SKIP LOCKED relay",
+            rate("relay_run_once_x2"),
+            rate("naive_skip_locked"),
+            "rows/s",
+        )
+    )
     for kind, label in (
         ("raw_txn_producer", "raw transactional producer"),
         ("naive_skip_locked", "naive SKIP LOCKED relay"),
@@ -134,6 +153,7 @@ def run(admin_url: str, bootstrap: str, quick: bool) -> Outcome:
     outcome.headline.update(
         drain_vs_raw_txn=round(ours / rate("raw_txn_producer"), 3),
         drain_vs_naive=round(ours / rate("naive_skip_locked"), 3),
+        drain_2_processes_vs_naive=round(rate("relay_run_once_x2") / rate("naive_skip_locked"), 3),
         drain_vs_spark_local1=round(ours / rate("spark_local1"), 3),
         drain_vs_spark_local2=round(ours / rate("spark_local2"), 3),
         drain_rows=rows,

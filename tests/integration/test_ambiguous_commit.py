@@ -70,6 +70,10 @@ def test_a_commit_in_doubt_is_settled_and_the_partition_publishes_again(
     service = start_relay(
         env,
         "run",
+        # Pinned, outside the members group: this test is about the commit in doubt (a
+        # group that loses and regains its member is test_shared_partitions' subject).
+        "--partitions",
+        ",".join(map(str, range(RELAY_PARTITIONS))),
         log=log,
         # The relay stops itself (SIGSTOP) once, with a batch sent and not yet committed.
         RELAY_FAILPOINTS=f"before_commit=stop,once={paused}",
