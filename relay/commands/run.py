@@ -122,7 +122,7 @@ class ProcessRelay:
         )
         try:
             self.metrics.expect(
-                () if shared else partitions, partial(backlog, engine, settings.database_url)
+                partitions, partial(backlog, engine, settings.database_url), shared=shared
             )
             if shared:
                 return self._share_partitions(settings, owner, engine, count)

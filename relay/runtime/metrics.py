@@ -155,15 +155,18 @@ class OutboxMetrics(ProcessMetrics):
         self,
         partitions: Iterable[int],
         backlog: Callable[[Mapping[int, int]], Mapping[int, Backlog]],
+        *,
+        shared: bool = False,
     ) -> None:
-        """The start-up checks passed: ``partitions`` must run to be ready. ``backlog``
+        """The start-up checks passed: ``partitions`` must run to be ready (``shared``:
+        only those the members group gives this process, as they start). ``backlog``
         answers per relay partition for its position (asked at scrape time)."""
         names = []
         for partition in partitions:
             names.append(_partition(partition))
             for counter in self._counters:
                 counter.labels(str(partition))  # a 0 from the start, for rate() and alerts
-        self.readiness.checked(names)
+        self.readiness.checked(() if shared else names)
         self._backlog.use(lambda _partitions: backlog(self._known_positions()))
 
     def _known_positions(self) -> dict[int, int]:

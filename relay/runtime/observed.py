@@ -33,8 +33,10 @@ class OutboxProgressMetrics(OutboxMetrics):
         self,
         partitions: Iterable[int],
         backlog: Callable[[Mapping[int, int]], Mapping[int, Backlog]],
+        *,
+        shared: bool = False,
     ) -> None:
-        super().expect(partitions, backlog)
+        super().expect(partitions, backlog, shared=shared)
         self._pending = backlog
         self.progress.restart()
 
