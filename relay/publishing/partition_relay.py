@@ -288,7 +288,10 @@ class PartitionRelay:
             self._failpoints.hit("before_commit", self.partition)
             self._publisher.commit(last_seq)
         except (RetriableError, UndeliverableEventError) as exc:
-            self._transaction_failed(exc)
+            try:
+                self._transaction_failed(exc)  # aborts: a fence may come only now
+            except ProducerFencedError as fenced:
+                raise self._fenced(fenced, records, self._clock.monotonic() - opened) from exc
             raise
         except ProducerFencedError as exc:
             raise self._fenced(exc, records, self._clock.monotonic() - opened) from None

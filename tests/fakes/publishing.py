@@ -210,16 +210,11 @@ class MemoryPublisher:
 
     def commit(self, position: int) -> None:
         self._check_fenced()
-        clock, timeout = self.kafka.clock, self.kafka.transaction_timeout_s
-        if clock is not None and timeout is not None and clock.now - self.began >= timeout:
-            self.kafka.epochs[self.partition] = self.kafka.epochs.get(self.partition, 0) + 1
-            self.pending = None  # the broker aborted the transaction
-        if self.kafka.epochs.get(self.partition) != self.epoch:
-            self.fenced = True
-            raise ProducerFencedError("fenced")
-        if self.kafka.fail_next_commits:
+        self._expire_if_too_old()
+        if self.kafka.fail_next_commits:  # the broker's answer: an abort may find out more
             self.kafka.fail_next_commits -= 1
             raise RetriableError("broker hiccup")
+        self._check_epoch()
         assert self.pending is not None
         if self.kafka.ambiguous_next_commits:
             landed = self.kafka.ambiguous_next_commits.pop(0)
@@ -239,7 +234,20 @@ class MemoryPublisher:
         self._check_fenced()
         if self.stuck:
             raise AmbiguousCommitError("abort_transaction timed out")
+        self._check_epoch()
         self.pending = None
+
+    def _expire_if_too_old(self) -> None:
+        clock, timeout = self.kafka.clock, self.kafka.transaction_timeout_s
+        if clock is not None and timeout is not None and clock.now - self.began >= timeout:
+            self.kafka.epochs[self.partition] = self.kafka.epochs.get(self.partition, 0) + 1
+            self.pending = None  # the broker aborted the transaction and bumped the epoch
+            self.began = clock.now
+
+    def _check_epoch(self) -> None:
+        if self.kafka.epochs.get(self.partition) != self.epoch:
+            self.fenced = True
+            raise ProducerFencedError("fenced")
 
     def reset(self) -> None:
         """A new producer with the same transactional.id: it must be fenced again (the

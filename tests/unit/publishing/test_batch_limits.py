@@ -81,3 +81,19 @@ def test_a_fence_within_the_timeout_is_another_instance_and_stops_the_relay() ->
     with pytest.raises(ProducerFencedError, match=r"another relay instance .* took the"):
         zombie.publish_batch()
     assert kafka.committed == []
+
+
+def test_a_timeout_the_abort_finds_out_about_is_retried_smaller_too() -> None:
+    """The commit fails for another reason (a broker that stopped answering); by the time
+    the relay aborts, the broker has aborted the old transaction and the abort finds the
+    producer fenced. That is the timeout as well, not another instance."""
+    clock = FakeClock()
+    kafka = MemoryKafka(
+        clock=clock, send_seconds_per_record=0.1, transaction_timeout_s=5, fail_next_commits=1
+    )
+    outbox = MemoryOutbox()
+    outbox.add(*rows(100))
+
+    make(kafka, outbox, batch_size=100, transaction_timeout_s=5).drain()
+
+    assert [r.seq for r in kafka.committed] == list(range(1, 101))
