@@ -3,9 +3,10 @@
 Starts a durable PostgreSQL cluster of its own (fsync on, wal_level=logical) next to the
 development servers of ``relay dev up`` (or RELAY_DATABASE_URL / RELAY_ADMIN_DATABASE_URL
 and RELAY_KAFKA_BOOTSTRAP_SERVERS), runs the comparisons one after another (the write
-path, the drain, the mirror, the latency, Debezium's drain), prints a table (measurement,
-ours, peer, ours/peer) and writes bench/results/latest.json. ``--quick`` runs a smaller
-version of everything (CI's smoke test); ``--only`` picks comparisons.
+path, the drain, the mirror, the latency, Debezium's drain, MirrorMaker 2's Kafka->Kafka
+replication on two private brokers, which needs no PostgreSQL), prints a table
+(measurement, ours, peer, ours/peer) and writes bench/results/latest.json. ``--quick``
+runs a smaller version of everything (CI's smoke test); ``--only`` picks comparisons.
 """
 
 from __future__ import annotations
@@ -17,12 +18,15 @@ import platform
 import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 
-from . import debezium, drain, latency, mirror, write_path
+from . import debezium, drain, latency, mirror, mirrormaker, write_path
 from .cluster import SETTINGS, durable_cluster
 from .common import Outcome, Row, endpoints, log, write_latest
 
-COMPARISONS = ("write_path", "drain", "mirror", "latency", "debezium")
+COMPARISONS = ("write_path", "drain", "mirror", "latency", "debezium", "mirrormaker")
+KAFKA_ONLY = {"mirrormaker"}
+"""Comparisons on private brokers of their own, without the durable PostgreSQL cluster."""
 
 
 def _table(rows: list[Row]) -> str:
@@ -30,10 +34,9 @@ def _table(rows: list[Row]) -> str:
     lines = [f"{'measurement':<{width}}  {'ours':>12}  {'peer':>12}  {'ratio':>6}  unit"]
     for r in rows:
         ratio = "" if math.isnan(r.ratio) else f"{r.ratio:.2f}"
+        ours = "" if math.isnan(r.ours) else f"{r.ours:,.1f}"  # a peer measured alone
         peer = "" if math.isnan(r.peer) else f"{r.peer:,.1f}"
-        lines.append(
-            f"{r.measurement:<{width}}  {r.ours:>12,.1f}  {peer:>12}  {ratio:>6}  {r.unit}"
-        )
+        lines.append(f"{r.measurement:<{width}}  {ours:>12}  {peer:>12}  {ratio:>6}  {r.unit}")
     return "\n".join(lines)
 
 
@@ -73,13 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     dev_admin_url, bootstrap = endpoints()
     outcomes: dict[str, Outcome] = {}
     load: dict[str, dict[str, float]] = {}
-    with durable_cluster() as durable_admin_url:
+    needs_cluster = not set(only) <= KAFKA_ONLY
+    with durable_cluster() if needs_cluster else nullcontext("") as durable_admin_url:
         steps: dict[str, Callable[[], Outcome]] = {
             "write_path": lambda: write_path.run(dev_admin_url, durable_admin_url, args.quick),
             "drain": lambda: drain.run(durable_admin_url, bootstrap, args.quick),
             "mirror": lambda: mirror.run(durable_admin_url, bootstrap, args.quick),
             "latency": lambda: latency.run(durable_admin_url, bootstrap, args.quick),
             "debezium": lambda: debezium.run(durable_admin_url, bootstrap, args.quick, outcomes),
+            "mirrormaker": lambda: mirrormaker.run(args.quick),
         }
         for name in COMPARISONS:
             if name in only:
@@ -103,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     payload["table"] = [
         {
             "measurement": r.measurement,
-            "ours": r.ours,
+            "ours": None if math.isnan(r.ours) else r.ours,
             "peer": None if math.isnan(r.peer) else r.peer,
             "ratio": None if math.isnan(r.ratio) else round(r.ratio, 3),
             "unit": r.unit,
