@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -359,6 +360,31 @@ def relay_env(url: str, bootstrap: str, prefix: str, **extra: str) -> dict[str, 
     )
     env.update(extra)
     return env
+
+
+def maven_libs(pom: Path, libs: Path, marker: str, what: str) -> Path:
+    """The jars ``pom`` resolves, copied into ``libs`` by Maven once (a jar matching
+    ``marker`` there means done) and kept for later runs."""
+    if libs.is_dir() and any(libs.glob(marker)):
+        return libs
+    staging = libs.with_name(libs.name + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    log(f"resolving {what} from Maven Central (once)")
+    subprocess.run(
+        [
+            "mvn",
+            "-q",
+            "-B",
+            "-f",
+            str(pom),
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={staging}",
+            "-DincludeScope=runtime",
+        ],
+        check=True,
+    )
+    staging.rename(libs)
+    return libs
 
 
 def relay_cli(*args: str) -> list[str]:

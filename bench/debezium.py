@@ -39,6 +39,7 @@ from .common import (
     execute,
     fill_outbox,
     log,
+    maven_libs,
     run_id,
     scratch_database,
 )
@@ -63,26 +64,7 @@ log4j.logger.io.debezium.connector.postgresql.PostgresConnectorTask=INFO
 
 def resolve_libs() -> Path:
     """The worker's and the connector's jars (Maven, once; kept for later runs)."""
-    if LIBS.is_dir() and any(LIBS.glob("debezium-connector-postgres-*.jar")):
-        return LIBS
-    staging = WORKDIR / "connect-libs.tmp"
-    shutil.rmtree(staging, ignore_errors=True)
-    log("resolving Kafka Connect and Debezium from Maven Central (once)")
-    subprocess.run(
-        [
-            "mvn",
-            "-q",
-            "-B",
-            "-f",
-            str(POM),
-            "dependency:copy-dependencies",
-            f"-DoutputDirectory={staging}",
-            "-DincludeScope=runtime",
-        ],
-        check=True,
-    )
-    staging.rename(LIBS)
-    return LIBS
+    return maven_libs(POM, LIBS, "debezium-connector-postgres-*.jar", "Kafka Connect and Debezium")
 
 
 def _free_port() -> int:

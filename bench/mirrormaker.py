@@ -33,7 +33,7 @@ from confluent_kafka.admin import AdminClient
 
 from relay.chaos.servers import free_ports
 
-from .common import ROOT, WORKDIR, Outcome, Row, log, run_id
+from .common import ROOT, WORKDIR, Outcome, Row, log, maven_libs, run_id
 from .replication import Flow, ReplicatorFactory, measure, two_brokers
 
 LIBS = WORKDIR / "mirrormaker-libs"
@@ -79,26 +79,7 @@ TOOLS_LOG4J = (
 
 def resolve_libs() -> Path:
     """MirrorMaker 2's jars (Maven, once; kept for later runs)."""
-    if LIBS.is_dir() and any(LIBS.glob("connect-mirror-3.9.1.jar")):
-        return LIBS
-    staging = WORKDIR / "mirrormaker-libs.tmp"
-    shutil.rmtree(staging, ignore_errors=True)
-    log("resolving MirrorMaker 2 (connect-mirror 3.9.1) from Maven Central (once)")
-    subprocess.run(
-        [
-            "mvn",
-            "-q",
-            "-B",
-            "-f",
-            str(POM),
-            "dependency:copy-dependencies",
-            f"-DoutputDirectory={staging}",
-            "-DincludeScope=runtime",
-        ],
-        check=True,
-    )
-    staging.rename(LIBS)
-    return LIBS
+    return maven_libs(POM, LIBS, "connect-mirror-3.9.1.jar", "MirrorMaker 2 (connect-mirror 3.9.1)")
 
 
 def properties(source: str, target: str, topics: Sequence[str], port: int) -> dict[str, str]:
