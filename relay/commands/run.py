@@ -9,7 +9,7 @@ from __future__ import annotations
 import gc
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from functools import partial
 from typing import TYPE_CHECKING
@@ -133,29 +133,18 @@ class ProcessRelay:
     def _share_partitions(
         self, settings: RelaySettings, owner: PositionOwner, engine: Engine, count: int
     ) -> RunSummary[DrainResult] | None:
-        partitions = list(range(count))
-        watch = CommitWatch(
-            partitions,
-            partial(committed_tops, engine, settings.database_url),
-            settings.commit_watch_s,
-        )
+        watch = _commit_watch(settings, engine, range(count))
         session_s = settings.member_session_timeout_ms / 1000
-        retry = RetryPolicy()
-
-        def run_partition(partition: int, stop: threading.Event) -> DrainResult:
-            return self._run_one(
-                partition,
+        workers = PartitionWorkers(
+            partial(
+                self._run_one,
                 settings=settings,
                 owner=owner,
                 engine=engine,
                 once=False,
-                retry=retry,
+                retry=RetryPolicy(),
                 watch=watch,
-                stop=stop,
-            )
-
-        workers = PartitionWorkers(
-            run_partition,
+            ),
             clock=self._clock,
             retake_after_s=2 * session_s,
             stop_within_s=settings.kafka.transaction_timeout_ms / 1000,
@@ -197,11 +186,7 @@ class ProcessRelay:
         # meant to finish gives up after RELAY_RETRY_ATTEMPTS and says why.
         attempts = settings.retry_attempts if once else None
         retry = RetryPolicy(max_attempts=attempts)
-        watch = CommitWatch(
-            partitions,
-            partial(committed_tops, engine, settings.database_url),
-            settings.commit_watch_s,
-        )
+        watch = _commit_watch(settings, engine, partitions)
         run_one = partial(
             self._run_one,
             settings=settings,
@@ -210,13 +195,12 @@ class ProcessRelay:
             once=once,
             retry=retry,
             watch=watch,
-            stop=self.stop_event,
         )
         with ThreadPoolExecutor(len(partitions) + 1, thread_name_prefix="relay-p") as pool:
             if not once:
                 pool.submit(watch.run, self.stop_event)
             futures: list[Future[DrainResult]] = [
-                pool.submit(run_one, partition) for partition in partitions
+                pool.submit(run_one, partition, self.stop_event) for partition in partitions
             ]
             done, _ = wait(futures, return_when=FIRST_EXCEPTION)
             failed = [f for f in done if f.exception() is not None]
@@ -232,6 +216,7 @@ class ProcessRelay:
     def _run_one(
         self,
         partition: int,
+        stop: threading.Event,
         *,
         settings: RelaySettings,
         owner: PositionOwner,
@@ -239,7 +224,6 @@ class ProcessRelay:
         once: bool,
         retry: RetryPolicy,
         watch: CommitWatch,
-        stop: threading.Event,
     ) -> DrainResult:
         relay = build_partition_relay(
             settings,
@@ -290,6 +274,16 @@ class ProcessRelay:
                 result.records,
             )
         return DrainResult(relay.partition, records, batches, relay.position)
+
+
+def _commit_watch(
+    settings: RelaySettings, engine: Engine, partitions: Iterable[int]
+) -> CommitWatch:
+    return CommitWatch(
+        list(partitions),
+        partial(committed_tops, engine, settings.database_url),
+        settings.commit_watch_s,
+    )
 
 
 def backlog(engine: Engine, url: Secret, positions: Mapping[int, int]) -> dict[int, Backlog]:
