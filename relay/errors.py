@@ -74,6 +74,18 @@ class MirroredTopicChangedError(ConfigurationError):
     the way out (docs/mirror.md)."""
 
 
+class ReplicaPositionError(ConfigurationError):
+    """A replicated partition's position on the target cluster was committed for another
+    source (another source cluster or topic replicated into the same target topic), or
+    lies beyond the source partition's end. Nothing was copied; the message says which."""
+
+
+class TargetTopicError(ConfigurationError):
+    """A target topic cannot take its source topic's records as they are: it exists
+    with fewer partitions than the source (records would change partition) and holds no
+    position of this replicator, or it is the source topic itself."""
+
+
 class ConfirmationRequiredError(ConfigurationError):
     """A command that changes what is published or applied (``relay positions set``,
     ``relay dead-letters replay|discard``) ran without ``--yes``: it printed what it would
@@ -151,7 +163,7 @@ class TransactionTimedOutError(RetriableError):
     """A batch's Kafka transaction was open for ``transaction.timeout.ms`` or longer and the
     broker aborted it (and fenced the producer). Nothing of it is visible: the relay
     rebuilds the producer, fences, reads the position again and retries with smaller
-    batches (relay.publishing.batch_limits)."""
+    batches (relay.runtime.batch_limits)."""
 
 
 class RecordMayHealError(RetriableError):

@@ -23,6 +23,7 @@ from relay.cli import (
     dev,
     mirror,
     positions,
+    replicate,
     run,
     status,
 )
@@ -31,7 +32,7 @@ from relay.runtime import logs
 from relay.runtime.secrets import mask_text
 from relay.settings.env_flags import add_global_flags, apply_environment, share_global_flags
 
-SUBCOMMANDS = (run, mirror, positions, status, dead_letters, db, dev, chaos, completion)
+SUBCOMMANDS = (run, mirror, replicate, positions, status, dead_letters, db, dev, chaos, completion)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -117,6 +117,10 @@ def write_env_file(path: Path, endpoints: Endpoints) -> None:
             "# The second, independent Kafka cluster (PLAINTEXT), e.g. a replication target:\n"
             "export RELAY_DEV_TARGET_KAFKA_BOOTSTRAP_SERVERS="
             f"'{endpoints.target_bootstrap_servers}'\n"
+            "# `relay replicate` from the first cluster to the second:\n"
+            f"export RELAY_REPLICATE_SOURCE_BOOTSTRAP_SERVERS='{endpoints.bootstrap_servers}'\n"
+            "export RELAY_REPLICATE_TARGET_BOOTSTRAP_SERVERS="
+            f"'{endpoints.target_bootstrap_servers}'\n"
         )
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text)

@@ -78,7 +78,9 @@ def translate(exc: BaseException, doing: str, partition: int | None = None) -> E
     return KafkaError(text, code=err.name())
 
 
-def translate_transactional(exc: BaseException, doing: str, partition: int) -> Exception:
+def translate_transactional(
+    exc: BaseException, doing: str, partition: int | None = None
+) -> Exception:
     """:func:`translate` for a transactional call whose failure may leave the transaction
     unsettled: a timeout or a state error is an :class:`AmbiguousCommitError` (rebuild the
     producer, fence, read the position again), unless the error is fatal or fenced."""
@@ -90,8 +92,9 @@ def translate_transactional(exc: BaseException, doing: str, partition: int) -> E
         and not err.fatal()
         and not isinstance(error, ProducerFencedError)
     ):
+        where = f"relay partition {partition}: " if partition is not None else ""
         return AmbiguousCommitError(
-            f"relay partition {partition}: {doing} failed: {err.str()} ({err.name()}); the "
-            "transaction's outcome is unknown"
+            f"{where}{doing} failed: {err.str()} ({err.name()}); the transaction's outcome "
+            "is unknown"
         )
     return error

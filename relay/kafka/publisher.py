@@ -35,6 +35,7 @@ from relay.kafka.errors import (
 )
 from relay.kafka.positions import committed_position, positions_consumer
 from relay.kafka.topics import TOPIC_MISSING, TopicGuard, headers_bound
+from relay.kafka.transactions import commit_with_offset
 from relay.publishing.types import CommittedPosition, OutboxRecord, PositionOwner
 from relay.runtime.logs import LIBRDKAFKA_LOGGER
 from relay.settings.relay import RelaySettings
@@ -43,7 +44,6 @@ log = logging.getLogger(__name__)
 # librdkafka's own log lines go through logging (and its secret filter), not raw stderr.
 _librdkafka_log = logging.getLogger(LIBRDKAFKA_LOGGER)
 
-_COMMIT_ATTEMPTS = 3
 _LIBRDKAFKA_BATCH_SIZE = 1_000_000  # librdkafka's default batch.size
 # Errors produce() raises for one record that retrying the same bytes can never fix.
 _RECORD_REFUSED = frozenset(
@@ -272,37 +272,17 @@ class KafkaTransactionalPublisher:
         return translate(exc, f"producing to {record.topic}", self._partition)
 
     def commit(self, position: int) -> None:
-        offsets = [
-            TopicPartition(
-                self._settings.positions_topic, self._partition, position, metadata=self._stamp
-            )
-        ]
-        try:
-            self._producer.send_offsets_to_transaction(
-                offsets, self._positions.consumer_group_metadata(), self._timeout
-            )
-        except KafkaException as exc:
-            raise self._commit_error(exc, "send_offsets_to_transaction") from None
-        for attempt in range(1, _COMMIT_ATTEMPTS + 1):
-            try:
-                self._producer.commit_transaction(self._timeout)
-                return
-            except KafkaException as exc:
-                error = self._commit_error(exc, "commit_transaction")
-                err = lib_error(exc)
-                retriable_in_place = (
-                    err is not None and err.retriable() and not err.txn_requires_abort()
-                )
-                if retriable_in_place and attempt == _COMMIT_ATTEMPTS:
-                    # The commit may be under way on the broker: neither committed nor
-                    # aborted as far as this producer knows.
-                    raise AmbiguousCommitError(
-                        f"{error}; gave up after {attempt} attempts, the transaction's "
-                        "outcome is unknown"
-                    ) from None
-                if not retriable_in_place or isinstance(error, AmbiguousCommitError):
-                    raise error from None
-                log.warning("relay partition %d: %s; retrying the commit", self._partition, error)
+        offset = TopicPartition(
+            self._settings.positions_topic, self._partition, position, metadata=self._stamp
+        )
+        commit_with_offset(
+            self._producer,
+            offset,
+            self._positions,
+            timeout=self._timeout,
+            commit_error=self._commit_error,
+            where=f"relay partition {self._partition}",
+        )
 
     def _commit_error(self, exc: KafkaException, doing: str) -> Exception:
         # A failed commit is retried (after an abort) as before; only an abort or a begin

@@ -35,7 +35,6 @@ from relay.errors import (
     TransactionTimedOutError,
     UndeliverableEventError,
 )
-from relay.publishing.batch_limits import BatchLimits
 from relay.publishing.ports import (
     NoObserver,
     OutboxSource,
@@ -49,6 +48,7 @@ from relay.publishing.types import (
     OutboxRecord,
     PositionOwner,
 )
+from relay.runtime.batch_limits import BatchLimits
 from relay.runtime.clock import Clock, SystemClock
 from relay.runtime.failpoints import NO_FAILPOINTS, FailpointHook
 from relay.runtime.retry import RetryPolicy
@@ -178,7 +178,7 @@ class PartitionRelay:
     ) -> RelayError:
         """A fence during a batch's transaction: the broker's transaction timeout when the
         transaction was open that long (retry smaller), else another instance took over
-        (stop). See :mod:`relay.publishing.batch_limits`."""
+        (stop). See :mod:`relay.runtime.batch_limits`."""
         first, last = records[0].seq, records[-1].seq
         if self._limits.timed_out(open_s, records):
             self._unsettled = True  # the fenced producer is unusable: rebuild and fence

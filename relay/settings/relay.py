@@ -176,18 +176,28 @@ def load_settings(
     )
 
 
-def load_kafka_settings(source: SettingsSource, kafka_pairs: Iterable[str] = ()) -> KafkaSettings:
-    bootstrap = source.text("kafka_bootstrap_servers")
+def load_kafka_settings(
+    source: SettingsSource,
+    kafka_pairs: Iterable[str] = (),
+    *,
+    connection: str = "kafka",
+    pairs_flag: str = "-X",
+) -> KafkaSettings:
+    """One cluster's connection: ``<connection>_bootstrap_servers``, its properties file,
+    ``<PREFIX><CONNECTION>_PROPERTIES`` and the ``pairs_flag`` pairs (which win)."""
+    bootstrap = source.text(f"{connection}_bootstrap_servers")
     if not bootstrap:
+        flag = "--" + connection.replace("_", "-") + "-bootstrap-servers"
         raise ConfigurationError(
-            "no Kafka broker: set RELAY_KAFKA_BOOTSTRAP_SERVERS or --kafka-bootstrap-servers"
+            f"no Kafka broker: set {source.env_name(f'{connection}_bootstrap_servers')} or {flag}"
         )
     properties: dict[str, str] = {}
-    if config_file := source.text("kafka_config_file"):
+    if config_file := source.text(f"{connection}_config_file"):
         properties.update(read_properties_file(config_file))
-    env_pairs = source.environ("RELAY_KAFKA_PROPERTIES")
-    properties.update(parse_property_pairs(env_pairs.split(";"), "RELAY_KAFKA_PROPERTIES"))
-    properties.update(parse_property_pairs(kafka_pairs, "-X"))
+    pairs_variable = source.env_name(f"{connection}_properties")
+    env_pairs = source.environ(pairs_variable)
+    properties.update(parse_property_pairs(env_pairs.split(";"), pairs_variable))
+    properties.update(parse_property_pairs(kafka_pairs, pairs_flag))
     check_owned_properties(properties, RELAY_OWNED_PROPERTIES, "the relay")
     return KafkaSettings(
         bootstrap_servers=bootstrap,

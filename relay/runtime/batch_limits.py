@@ -1,6 +1,6 @@
-"""How much one Kafka transaction of a relay partition carries.
+"""How much one Kafka transaction carries (a relay partition's, or a replicated partition's).
 
-A batch is bounded by rows (``RELAY_BATCH_SIZE``) and by the bytes of its keys and values
+A batch is bounded by records (``RELAY_BATCH_SIZE``) and by the bytes of its keys and values
 (``RELAY_BATCH_BYTES``), so that it commits well inside ``transaction.timeout.ms``. When
 a transaction outlasts that timeout anyway (a slow broker, rows larger than expected),
 the broker aborts it and bumps the producer's epoch; the producer cannot tell that from
@@ -16,21 +16,33 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-
-from relay.publishing.types import OutboxRecord
+from typing import Protocol, TypeVar
 
 # A batch that commits within this share of transaction.timeout.ms lets the limits grow.
 _QUICK_SHARE = 0.25
 
 
-def payload_bytes(record: OutboxRecord) -> int:
+class Payload(Protocol):
+    """A record as a batch's byte bound sees it."""
+
+    @property
+    def key(self) -> bytes | None: ...
+
+    @property
+    def value(self) -> bytes | None: ...
+
+
+R = TypeVar("R", bound=Payload)
+
+
+def payload_bytes(record: Payload) -> int:
     """The bytes of ``record`` that a batch's byte bound counts: its key and value."""
     return len(record.key or b"") + len(record.value or b"")
 
 
 @dataclass(slots=True)
 class BatchLimits:
-    """The current row and byte bounds of one relay partition's batches."""
+    """The current record and byte bounds of one partition's batches."""
 
     max_rows: int
     max_bytes: int
@@ -44,7 +56,7 @@ class BatchLimits:
         self.rows = self.max_rows
         self.bytes = self.max_bytes
 
-    def take(self, records: Sequence[OutboxRecord]) -> Sequence[OutboxRecord]:
+    def take(self, records: Sequence[R]) -> Sequence[R]:
         """The leading ``records`` within the row and byte bounds (at least one)."""
         records = records[: self.rows]
         total = 0
@@ -54,7 +66,7 @@ class BatchLimits:
                 return records[:count]
         return records
 
-    def timed_out(self, open_s: float, records: Sequence[OutboxRecord]) -> bool:
+    def timed_out(self, open_s: float, records: Sequence[Payload]) -> bool:
         """Whether a fence after the transaction of ``records`` was open ``open_s`` seconds
         is the broker's transaction timeout; if so, shrink below what it carried."""
         if self.transaction_timeout_s is None or open_s < self.transaction_timeout_s:

@@ -1,12 +1,12 @@
 """A transaction that outlasts transaction.timeout.ms is retried smaller, not taken for a
-takeover (issue 11, point 5; relay.publishing.batch_limits)."""
+takeover (issue 11, point 5; relay.runtime.batch_limits)."""
 
 import pytest
 
 from relay.errors import ProducerFencedError
-from relay.publishing.batch_limits import BatchLimits
 from relay.publishing.partition_relay import PartitionRelay
 from relay.publishing.types import CommittedPosition
+from relay.runtime.batch_limits import BatchLimits
 from tests.fakes.publishing import OWNER, FakeClock, MemoryKafka, MemoryOutbox, record
 
 

@@ -1,0 +1,286 @@
+"""The replicator as a typed API: `relay replicate` and the Spark job's steps.
+
+`relay replicate` runs each source partition's
+:class:`~relay.replication.partition_replicator.PartitionReplicator` as a thread of this
+process; the Spark job (``jobs/replicate.py``) runs each as a task. Both plan the topics
+here first (:func:`plan_replication`): the selected source topics, their target topics
+created or grown, and the name the provenance headers and positions give the source.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+
+from relay.errors import RelayError, RetriableError
+from relay.kafka.replica_reader import KafkaSourceReader
+from relay.kafka.replica_topics import ReplicatedTopic, TopicPlanner
+from relay.kafka.replica_writer import KafkaReplicaWriter
+from relay.replication.partition_replicator import PartitionReplicator
+from relay.replication.ports import NoReplicaObserver, ReplicaObserver
+from relay.replication.types import Origin, ReplicaResult, Route
+from relay.runtime.clock import Clock, SystemClock
+from relay.runtime.failpoints import Failpoints
+from relay.runtime.progress import Progress
+from relay.runtime.retry import RetryPolicy
+from relay.runtime.summary import RunSummary
+from relay.settings.replicate import ReplicateSettings
+
+log = logging.getLogger(__name__)
+
+_START_RETRY_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaTask:
+    """One source partition to copy: a thread of `relay replicate` or a Spark task."""
+
+    route: Route
+    source_alias: str
+    max_message_bytes: int
+    end_offset: int | None = None  # copy up to here (--once, Spark); None: follow
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationPlan:
+    source_alias: str
+    topics: tuple[ReplicatedTopic, ...]
+
+    def tasks(self) -> list[ReplicaTask]:
+        return [
+            ReplicaTask(Route(t.topic, p, t.target_topic), self.source_alias, t.max_message_bytes)
+            for t in self.topics
+            for p in range(t.partitions)
+        ]
+
+
+def plan_replication(settings: ReplicateSettings, *, strict: bool = True) -> ReplicationPlan:
+    """The selected source topics, with their target topics created or grown to fit."""
+    planner = TopicPlanner(settings)
+    alias = settings.source_alias or planner.cluster_ids()[0]
+    return ReplicationPlan(alias, tuple(planner.plan(strict=strict)))
+
+
+def build_partition_replicator(
+    settings: ReplicateSettings,
+    task: ReplicaTask,
+    *,
+    retry: RetryPolicy,
+    clock: Clock | None = None,
+    observer: ReplicaObserver | None = None,
+) -> PartitionReplicator:
+    origin = Origin(task.source_alias, task.route.topic)
+    reader = KafkaSourceReader(settings, task.route)
+    try:
+        writer = KafkaReplicaWriter(settings, task.route, origin, task.max_message_bytes)
+    except RelayError:
+        reader.close()
+        raise
+    return PartitionReplicator(
+        task.route,
+        reader,
+        writer,
+        origin=origin,
+        batch_size=settings.batch_size,
+        batch_bytes=settings.batch_bytes,
+        transaction_timeout_s=settings.target.transaction_timeout_ms / 1000,
+        retry=retry,
+        clock=clock,
+        failpoints=Failpoints.from_env(),
+        observer=observer,
+    )
+
+
+def with_end_offsets(
+    settings: ReplicateSettings, tasks: Sequence[ReplicaTask]
+) -> list[ReplicaTask]:
+    """``tasks`` with each source partition's last stable offset now: what a run that
+    copies everything committed so far copies up to (the Spark driver's step)."""
+    ended = []
+    for task in tasks:
+        reader = KafkaSourceReader(settings, task.route)
+        try:
+            end = reader.end_offset()
+        finally:
+            reader.close()
+        ended.append(ReplicaTask(task.route, task.source_alias, task.max_message_bytes, end))
+    return ended
+
+
+def replicate_partition(settings: ReplicateSettings, task: ReplicaTask) -> ReplicaResult:
+    """Copy one source partition up to ``task.end_offset``, then return (a Spark task)."""
+    if task.end_offset is None:
+        raise ValueError("a Spark task copies up to an end offset")
+    replicator = build_partition_replicator(
+        settings, task, retry=RetryPolicy(max_attempts=settings.retry_attempts)
+    )
+    try:
+        return replicator.drain(task.end_offset)
+    finally:
+        replicator.close()
+
+
+class _ProgressObserver(NoReplicaObserver):
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+
+    def copied(self, topic: str, partition: int, records: int, seconds: float) -> None:
+        self._progress.advance(records)
+
+
+class ReplicateService:
+    """Copies the selected topics' partitions as threads of this process: up to the
+    source's last stable offsets when it started (``once``), or for as long as it runs,
+    picking up new topics and partitions every ``topic_refresh_s``."""
+
+    def __init__(
+        self,
+        settings: ReplicateSettings,
+        *,
+        clock: Clock | None = None,
+        progress: Progress | None = None,
+    ) -> None:
+        self._settings = settings
+        self._clock = clock or SystemClock()
+        self._progress = progress
+        self._observer: ReplicaObserver = (
+            NoReplicaObserver() if progress is None else _ProgressObserver(progress)
+        )
+        self.stop_event = threading.Event()
+
+    def run(self, once: bool) -> RunSummary[ReplicaResult]:
+        plan = plan_replication(self._settings)
+        if not plan.topics:
+            log.warning("no source topic matches %s yet", self._settings.selection.describe())
+        log.info(
+            "replicating %s from source %r (%s)",
+            ", ".join(f"{t.topic} -> {t.target_topic}" for t in plan.topics) or "nothing",
+            plan.source_alias,
+            "once" if once else "continuously",
+        )
+        if once:
+            return self._run_once(plan)
+        return self._follow(plan)
+
+    def _run_once(self, plan: ReplicationPlan) -> RunSummary[ReplicaResult]:
+        retry = RetryPolicy(max_attempts=self._settings.retry_attempts)
+        tasks = with_end_offsets(self._settings, plan.tasks())
+        replicators = [self._build(task, retry) for task in tasks]
+        try:
+            with ThreadPoolExecutor(max(1, len(tasks)), thread_name_prefix="replicate") as pool:
+                futures = [
+                    pool.submit(self._drain, replicator, task)
+                    for replicator, task in zip(replicators, tasks, strict=True)
+                ]
+                return RunSummary(tuple(self._results(futures)))
+        finally:
+            for replicator in replicators:
+                replicator.close()
+
+    def _build(self, task: ReplicaTask, retry: RetryPolicy) -> PartitionReplicator:
+        return build_partition_replicator(
+            self._settings, task, retry=retry, clock=self._clock, observer=self._observer
+        )
+
+    def _drain(self, replicator: PartitionReplicator, task: ReplicaTask) -> ReplicaResult:
+        end = task.end_offset or 0
+        start = replicator.start()
+        if self._progress is not None:
+            self._progress.add_total(max(0, end - start))
+        return replicator.drain(end, self._settings.max_wait_s * 10, self.stop_event)
+
+    def _results(self, futures: list[Future[ReplicaResult]]) -> list[ReplicaResult]:
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        failed = [f for f in done if f.exception() is not None]
+        if failed:
+            self.stop_event.set()
+            wait(futures)
+            error = failed[0].exception()
+            if error is not None:
+                raise error
+        return [f.result() for f in futures]
+
+    def _follow(self, plan: ReplicationPlan) -> RunSummary[ReplicaResult]:
+        retry = RetryPolicy()  # a service retries for ever
+        running: dict[Route, Future[ReplicaResult]] = {}
+        while True:
+            for task in plan.tasks():
+                if task.route not in running:
+                    running[task.route] = self._thread(task, retry)
+            # A partition that fails for good sets the stop event too: the process stops.
+            if self._clock.wait(self._settings.topic_refresh_s, self.stop_event):
+                break
+            plan = self._replan(plan)
+        return RunSummary(tuple(self._results(list(running.values()))))
+
+    def _thread(self, task: ReplicaTask, retry: RetryPolicy) -> Future[ReplicaResult]:
+        """``_copy(task)`` on a thread of its own (a partition follows its source for as
+        long as the process runs; a pool would cap how many do)."""
+        future: Future[ReplicaResult] = Future()
+
+        def copy() -> None:
+            future.set_running_or_notify_cancel()
+            try:
+                future.set_result(self._copy(task, retry))
+            except BaseException as exc:
+                self.stop_event.set()
+                future.set_exception(exc)
+
+        threading.Thread(target=copy, name=f"replicate-{task.route}", daemon=True).start()
+        return future
+
+    def _replan(self, plan: ReplicationPlan) -> ReplicationPlan:
+        try:
+            found = plan_replication(self._settings, strict=False)
+        except RetriableError as exc:
+            log.warning("looking for new topics and partitions failed (%s)", exc)
+            return plan
+        known = {task.route for task in plan.tasks()}
+        for task in found.tasks():
+            if task.route not in known:
+                log.info(
+                    "%s: new source partition, copying it to %s",
+                    task.route,
+                    task.route.target_topic,
+                )
+        return found
+
+    def _copy(self, task: ReplicaTask, retry: RetryPolicy) -> ReplicaResult:
+        replicator = self._build(task, retry)
+        stop = self.stop_event
+        try:
+            while True:  # a service outlives a restarting broker on either side
+                try:
+                    replicator.start()
+                    break
+                except RetriableError as exc:
+                    log.warning("%s: start-up failed (%s)", task.route, exc)
+                    if self._clock.wait(_START_RETRY_S, stop):
+                        return _result(task.route, 0, 0, 0)
+            records = batches = 0
+            while not stop.is_set():
+                batch = replicator.copy_batch(None, self._settings.max_wait_s, stop)
+                if batch is None:
+                    replicator.keep_alive_if_due(self._settings.position_refresh_s)
+                    continue
+                records += batch.records
+                batches += 1
+                log.debug(
+                    "%s: copied offsets %d..%d (%d records)",
+                    task.route,
+                    batch.first_offset,
+                    batch.next_offset - 1,
+                    batch.records,
+                )
+            return _result(task.route, records, batches, replicator.next_offset)
+        finally:
+            replicator.close()
+
+
+def _result(route: Route, records: int, batches: int, next_offset: int) -> ReplicaResult:
+    return ReplicaResult(
+        route.topic, route.partition, route.target_topic, records, batches, next_offset
+    )

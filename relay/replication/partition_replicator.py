@@ -1,0 +1,268 @@
+"""Copying one source partition to the target cluster: the loop `relay replicate` and the
+Spark job drive.
+
+Start-up::
+
+    fence (take the target partition's transactional id over)  ->  read the position
+    (the next source offset) committed on the target  ->  refuse it if another source
+    committed it or it lies beyond the source partition's end  ->  seek the source there
+
+Order of one batch (one transaction on the target cluster)::
+
+    read committed source records from the position  ->  begin  ->  send their copies
+    ->  commit(copies + the position after the last one)  ->  position = last offset + 1
+
+The position lives only on the target cluster, committed atomically with the copies, and
+it is read only after fencing; so a crash at any point, a re-run task or a second
+instance can neither lose nor duplicate a record (I3 and I7, docs/invariants.md). The
+source is read ``read_committed``: records of aborted transactions never come out, and
+the order of each source partition is kept in its target partition (I8).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from relay.errors import (
+    AmbiguousCommitError,
+    GaveUpError,
+    ProducerFencedError,
+    RelayError,
+    ReplicaPositionError,
+    RetriableError,
+    TransactionTimedOutError,
+)
+from relay.replication.ports import (
+    NoReplicaObserver,
+    ReplicaObserver,
+    ReplicaWriter,
+    SourceReader,
+)
+from relay.replication.types import Origin, ReplicaBatch, ReplicaResult, Route, SourceRecord
+from relay.runtime.batch_limits import BatchLimits
+from relay.runtime.clock import Clock, SystemClock
+from relay.runtime.failpoints import NO_FAILPOINTS, FailpointHook
+from relay.runtime.retry import RetryPolicy
+
+log = logging.getLogger(__name__)
+
+
+class PartitionReplicator:
+    """Copies the committed records of one source partition to the target, exactly once."""
+
+    def __init__(
+        self,
+        route: Route,
+        reader: SourceReader,
+        writer: ReplicaWriter,
+        *,
+        origin: Origin,
+        batch_size: int = 5000,
+        batch_bytes: int = 16 * 1024 * 1024,
+        transaction_timeout_s: float | None = None,
+        retry: RetryPolicy | None = None,
+        clock: Clock | None = None,
+        failpoints: FailpointHook | None = None,
+        observer: ReplicaObserver | None = None,
+    ) -> None:
+        self.route = route
+        self._reader = reader
+        self._writer = writer
+        self._origin = origin
+        self._limits = BatchLimits(batch_size, batch_bytes, transaction_timeout_s)
+        self._retry = retry or RetryPolicy()
+        self._clock = clock or SystemClock()
+        self._failpoints = failpoints or NO_FAILPOINTS
+        self._observer = observer or NoReplicaObserver()
+        self._next: int | None = None
+        self._read: list[SourceRecord] = []  # read from the source, not copied yet
+        self._committed_at = 0.0
+        self._unsettled = False  # a transaction failed: restart before the next batch
+
+    @property
+    def next_offset(self) -> int:
+        """The next source offset to copy, as committed on the target."""
+        if self._next is None:
+            raise RuntimeError("start() has not run: the position is unknown until fenced")
+        return self._next
+
+    def start(self) -> int:
+        """Fence previous instances, learn the committed position, check it, seek there."""
+        committed = self._writer.fence()
+        if committed.origin is not None and committed.origin != self._origin:
+            raise ReplicaPositionError(
+                f"{self.route}: the position of {self.route.target_topic}"
+                f"[{self.route.partition}] on the target was committed for source "
+                f"{committed.origin.cluster!r} topic {committed.origin.topic!r}, this one "
+                f"copies {self._origin.cluster!r} topic {self._origin.topic!r}; give each "
+                "source its own target topics (--target-prefix) or its own --group"
+            )
+        end = self._reader.end_offset()
+        if committed.next_offset > end:
+            raise ReplicaPositionError(
+                f"{self.route}: the target holds position {committed.next_offset}, beyond "
+                f"the source partition's end ({end}): the source topic was deleted and "
+                "created again, or this is another cluster; nothing was copied "
+                "(docs/replication.md, 'A position beyond the source')"
+            )
+        self._next = committed.next_offset
+        self._read.clear()
+        self._reader.seek(self._next)
+        self._committed_at = self._clock.monotonic()
+        log.info("%s: fenced, copying from offset %d", self.route, self._next)
+        self._failpoints.hit("startup", self.route.partition)
+        return self._next
+
+    def _restart(self) -> None:
+        """After a failed transaction: a new producer, fenced again (which settles a
+        transaction in doubt), the position read again and the source read from there."""
+        self._writer.reset()
+        self.start()
+        self._unsettled = False
+
+    def copy_batch(
+        self, up_to: int | None = None, wait_s: float = 0.0, stop: threading.Event | None = None
+    ) -> ReplicaBatch | None:
+        """Copy the next batch (source offsets below ``up_to``, if given) in one target
+        transaction; None when no record came within ``wait_s``."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return self._try_batch(up_to, wait_s)
+            except RetriableError as exc:
+                if isinstance(exc, AmbiguousCommitError):
+                    self._unsettled = True
+                if self._retry.gives_up_after(attempt):
+                    raise GaveUpError(
+                        f"{self.route}: batch from offset {self._next} failed {attempt} "
+                        f"times, last error: {exc}"
+                    ) from exc
+                delay = self._retry.delay(attempt)
+                log.warning("%s: batch failed (%s); retrying in %.1f s", self.route, exc, delay)
+                self._observer.retrying(self.route.topic, self.route.partition)
+                if self._clock.wait(delay, stop):
+                    return None
+
+    def _take(self, up_to: int | None, wait_s: float) -> list[SourceRecord]:
+        if not self._read:
+            self._read = list(self._reader.read(self._limits.rows, wait_s))
+        records = list(self._limits.take(self._read))
+        if up_to is not None and records and records[-1].offset >= up_to:
+            records = [r for r in records if r.offset < up_to]
+        return records
+
+    def _try_batch(self, up_to: int | None, wait_s: float) -> ReplicaBatch | None:
+        began = self._clock.monotonic()
+        if self._unsettled:
+            self._restart()
+        records = self._take(up_to, wait_s)
+        if not records:
+            return None
+        next_offset = records[-1].offset + 1
+        self._writer.begin()
+        opened = self._clock.monotonic()
+        try:
+            self._writer.send(records)
+            self._failpoints.hit("after_produce", self.route.partition)
+            self._failpoints.hit("before_commit", self.route.partition)
+            self._writer.commit(next_offset)
+        except RetriableError as exc:
+            try:
+                self._failed(exc)
+            except ProducerFencedError as fenced:
+                raise self._fenced(fenced, records, self._clock.monotonic() - opened) from exc
+            raise
+        except ProducerFencedError as exc:
+            raise self._fenced(exc, records, self._clock.monotonic() - opened) from None
+        del self._read[: len(records)]
+        self._next = next_offset
+        self._committed_at = self._clock.monotonic()
+        self._limits.committed(self._committed_at - opened)
+        self._observer.copied(
+            self.route.topic, self.route.partition, len(records), self._committed_at - began
+        )
+        self._failpoints.hit("after_commit", self.route.partition)
+        return ReplicaBatch(len(records), records[0].offset, next_offset)
+
+    def _failed(self, exc: RetriableError) -> None:
+        """Abort after ``exc`` (not when the outcome is unknown); restart before the next
+        batch either way: the position is read again after fencing, with or without it."""
+        self._unsettled = True
+        if not isinstance(exc, AmbiguousCommitError):
+            self._writer.abort()
+
+    def _fenced(
+        self, exc: ProducerFencedError, records: list[SourceRecord], open_s: float
+    ) -> RelayError:
+        """The broker's transaction timeout when the transaction was open that long (retry
+        smaller), else another instance took over (stop); see relay.runtime.batch_limits."""
+        if self._limits.timed_out(open_s, records):
+            self._unsettled = True
+            return TransactionTimedOutError(
+                f"{self.route}: the target transaction of offsets {records[0].offset}.."
+                f"{records[-1].offset} was open {open_s:.1f} s, as long as "
+                "transaction.timeout.ms or longer, and the broker aborted it; next batches "
+                f"carry at most {self._limits.rows} records and {self._limits.bytes} bytes"
+            )
+        return ProducerFencedError(
+            f"{self.route}: fenced {open_s:.1f} s into a transaction, before "
+            "transaction.timeout.ms: another replicator instance took this partition over; "
+            "this instance stops",
+            code=exc.code,
+        )
+
+    def keep_alive_if_due(self, every_s: float) -> bool:
+        """Commit the unchanged position again when it was last committed ``every_s`` ago
+        or more, so that the target's offset retention never expires it."""
+        if not self._next or self._clock.monotonic() - self._committed_at < every_s:
+            return False
+        try:
+            if self._unsettled:
+                self._restart()
+            self._writer.begin()
+            try:
+                self._writer.commit(self.next_offset)
+            except RetriableError as exc:
+                self._failed(exc)
+                raise
+        except RetriableError as exc:
+            self._unsettled = True
+            log.warning("%s: keeping the position alive failed (%s)", self.route, exc)
+            return False
+        self._committed_at = self._clock.monotonic()
+        return True
+
+    def drain(
+        self, end_offset: int, wait_s: float = 0.5, stop: threading.Event | None = None
+    ) -> ReplicaResult:
+        """Copy every committed record below ``end_offset`` (the source's last stable
+        offset when the run began), then return."""
+        if self._next is None:
+            self.start()
+        records = batches = 0
+        while self.next_offset < end_offset and not (stop is not None and stop.is_set()):
+            batch = self.copy_batch(end_offset, wait_s, stop)
+            if batch is not None:
+                records += batch.records
+                batches += 1
+            elif self._read or self._reader.position() >= end_offset:
+                break  # what is left below it: aborted records and transaction markers
+        if batches == 0:
+            self.keep_alive_if_due(0.0)  # an idle partition of a scheduled run
+        return ReplicaResult(
+            self.route.topic,
+            self.route.partition,
+            self.route.target_topic,
+            records,
+            batches,
+            self.next_offset,
+        )
+
+    def close(self) -> None:
+        for release in (self._reader.close, self._writer.close):
+            try:
+                release()
+            except RelayError as exc:
+                log.debug("%s: closing: %s", self.route, exc)

@@ -1,0 +1,87 @@
+"""Interfaces the replicator's core needs; librdkafka implements them in relay.kafka."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from relay.replication.types import ReplicaPosition, SourceRecord
+
+
+class SourceReader(Protocol):
+    """One source partition, read ``read_committed``: records of aborted transactions and
+    transaction markers never come out."""
+
+    def seek(self, next_offset: int) -> None:
+        """Read from ``next_offset`` on (the partition's first offset when it is older)."""
+        ...
+
+    def read(self, max_records: int, wait_s: float) -> Sequence[SourceRecord]:
+        """The next committed records, in offset order; waits up to ``wait_s`` for the
+        first one, and returns what came (maybe nothing)."""
+        ...
+
+    def position(self) -> int:
+        """The offset the next read starts at: past the records read, and past any
+        aborted records and transaction markers behind them."""
+        ...
+
+    def end_offset(self) -> int:
+        """The partition's last stable offset now: what a run that copies everything
+        committed so far copies up to."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class ReplicaWriter(Protocol):
+    """One target partition's transactional producer and the replicated partition's
+    position, kept on the target cluster.
+
+    :meth:`fence` is the only way to learn the position, and it fences first (I3,
+    docs/invariants.md, applied to a source partition instead of a relay partition).
+    """
+
+    def fence(self) -> ReplicaPosition:
+        """Take the partition over (aborting and fencing any previous instance's
+        transaction), then return the committed position."""
+        ...
+
+    def begin(self) -> None: ...
+
+    def send(self, records: Sequence[SourceRecord]) -> None:
+        """Queue copies of ``records`` in the open transaction, same partition, with their
+        key, value, headers and timestamp, plus the provenance headers."""
+        ...
+
+    def commit(self, next_offset: int) -> None:
+        """Commit the open transaction with the position ``next_offset`` (stamped with the
+        origin). Raises as :meth:`relay.publishing.ports.TransactionalPublisher.commit`."""
+        ...
+
+    def abort(self) -> None: ...
+
+    def reset(self) -> None:
+        """Drop the producer after a failed transaction and build a new one with the same
+        transactional.id; then :meth:`fence` again."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class ReplicaObserver(Protocol):
+    """Told what a replicated partition does, for metrics and progress."""
+
+    def copied(self, topic: str, partition: int, records: int, seconds: float) -> None:
+        """A batch committed ``records`` copies, ``seconds`` after its read began."""
+
+    def retrying(self, topic: str, partition: int) -> None:
+        """A batch failed with a transient error and waits to be tried again."""
+
+
+class NoReplicaObserver:
+    def copied(self, topic: str, partition: int, records: int, seconds: float) -> None:
+        pass
+
+    def retrying(self, topic: str, partition: int) -> None:
+        pass
