@@ -1,0 +1,217 @@
+"""`relay replicate` between the two real dev clusters: committed records only, once each,
+in order and as they were (I7, I8, docs/invariants.md)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
+from confluent_kafka.admin._resource import ResourceType
+
+from relay.runtime.failpoints import ENV_VAR as FAILPOINTS
+from tests.integration.replicate_support import (
+    ReplicaEnv,
+    Replicated,
+    assert_replica,
+    new_group,
+    read_log,
+    write_transactions,
+)
+from tests.integration.support import wait_until
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def replica(bootstrap_servers: str, target_bootstrap_servers: str) -> ReplicaEnv:
+    return ReplicaEnv(bootstrap_servers, target_bootstrap_servers, new_group())
+
+
+def test_once_copies_exactly_the_committed_records(
+    replica: ReplicaEnv, make_topic: Callable[..., str]
+) -> None:
+    topic = make_topic("repl", partitions=3)
+    write_transactions(replica.source, topic, transactions=12, per_transaction=25)
+    done = replica.run("--once", "--topics", topic, "--target-prefix", "dr.")
+    assert done.returncode == 0, done.stderr
+    source, target = read_log(replica.source, topic, 3), read_log(replica.target, f"dr.{topic}", 3)
+    assert sum(map(len, source.values())) == 9 * 25  # 3 of the 12 transactions aborted
+    assert_replica(source, target)
+    assert f"copied {9 * 25} records" in done.stdout
+    headers = dict(target[0][0].headers)
+    assert headers["relay-source-cluster"] == b"east"
+    assert headers["relay-source-topic"] == topic.encode()
+    assert headers["relay-source-partition"] == b"0"
+    again = replica.run("--once", "--topics", topic, "--target-prefix", "dr.")
+    assert again.returncode == 0, again.stderr
+    assert "copied 0 records" in again.stdout
+    assert read_log(replica.target, f"dr.{topic}", 3) == target
+
+
+@pytest.mark.parametrize("point", ["startup", "after_produce", "after_commit"])
+def test_kill_9_at_a_dangerous_point_loses_and_duplicates_nothing(
+    replica: ReplicaEnv, make_topic: Callable[..., str], tmp_path: Path, point: str
+) -> None:
+    topic = make_topic("repl-kill", partitions=2)
+    write_transactions(replica.source, topic, transactions=8, per_transaction=50)
+    args = ("--once", "--topics", topic, "--target-prefix", "k.", "--batch-size", "60")
+    spec = f"{point}=kill,partition=1,once={tmp_path / 'fired'}"
+    killed = replica.run(*args, **{FAILPOINTS: spec})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert (tmp_path / "fired").exists()
+    rerun = replica.run(*args)
+    assert rerun.returncode == 0, rerun.stderr
+    assert_replica(read_log(replica.source, topic, 2), read_log(replica.target, f"k.{topic}", 2))
+
+
+def test_a_second_instance_fences_the_first_and_nothing_is_duplicated(
+    replica: ReplicaEnv, make_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    topic = make_topic("repl-two", partitions=2)
+    n = write_transactions(replica.source, topic, transactions=4, per_transaction=20)
+    args = ("--topics", topic, "--target-prefix", "two.", "--max-wait", "0.01")
+    first = replica.start(*args, log=tmp_path / "first.log")
+    second: subprocess.Popen[str] | None = None
+    try:
+        committed = len(read_log(replica.source, topic, 2)[0]) + len(
+            read_log(replica.source, topic, 2)[1]
+        )
+        wait_until(
+            lambda: _count(replica.target, f"two.{topic}") == committed,
+            60,
+            "the first instance to copy the backlog",
+            (tmp_path / "first.log").read_text,
+        )
+        second = replica.start(*args, log=tmp_path / "second.log")
+        wait_until(
+            lambda: (
+                "fenced, copying from offset" in (tmp_path / "second.log").read_text()
+                and (tmp_path / "second.log").read_text().count("fenced, copying") == 2
+            ),
+            60,
+            "the second instance to take both partitions over",
+            (tmp_path / "second.log").read_text,
+        )
+        write_transactions(replica.source, topic, transactions=4, per_transaction=20, first=n)
+        assert first.wait(60) == 5, (tmp_path / "first.log").read_text()
+        assert "another replicator instance" in (tmp_path / "first.log").read_text()
+        source = read_log(replica.source, topic, 2)
+        wait_until(
+            lambda: _count(replica.target, f"two.{topic}") >= sum(map(len, source.values())),
+            60,
+            "the second instance to copy the new records",
+            (tmp_path / "second.log").read_text,
+        )
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(60) == 0, (tmp_path / "second.log").read_text()
+        assert_replica(source, read_log(replica.target, f"two.{topic}", 2))
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+def _count(bootstrap: str, topic: str) -> int:
+    """The committed records of ``topic`` (0 while it does not exist)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    found = admin.list_topics(topic, timeout=10).topics.get(topic)
+    if found is None or found.error is not None:
+        return 0
+    return sum(map(len, read_log(bootstrap, topic, len(found.partitions)).values()))
+
+
+def test_a_compacted_topic_keeps_its_policy_and_its_tombstones(
+    replica: ReplicaEnv, make_topic: Callable[..., str], target_kafka_admin: AdminClient
+) -> None:
+    topic = make_topic(
+        "repl-compact",
+        partitions=1,
+        config={"cleanup.policy": "compact", "retention.ms": "3600000"},
+    )
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": replica.source})
+    for key, value in [(b"a", b"1"), (b"b", b"2"), (b"a", None), (b"b", b"3")]:
+        producer.produce(topic, key=key, value=value)
+    producer.flush(30)
+    done = replica.run("--once", "--topics", topic, "--target-prefix", "c.")
+    assert done.returncode == 0, done.stderr
+    target = read_log(replica.target, f"c.{topic}", 1)
+    assert [(r.key, r.value) for r in target[0]] == [
+        (b"a", b"1"),
+        (b"b", b"2"),
+        (b"a", None),
+        (b"b", b"3"),
+    ]
+    resource = ConfigResource(ResourceType.TOPIC, f"c.{topic}")
+    configs = target_kafka_admin.describe_configs([resource])[resource].result(30)
+    assert configs["cleanup.policy"].value == "compact"
+    assert configs["retention.ms"].value == "3600000"
+
+
+def test_a_source_partition_added_while_running_is_copied_in_place(
+    replica: ReplicaEnv, make_topic: Callable[..., str], kafka_admin: AdminClient, tmp_path: Path
+) -> None:
+    topic = make_topic("repl-grow", partitions=1)
+    write_transactions(replica.source, topic, transactions=2, per_transaction=10, abort_every=0)
+    log = tmp_path / "replicate.log"
+    process = replica.start(
+        "--topics", topic, "--target-prefix", "g.", "--topic-refresh", "0.5", log=log
+    )
+    try:
+        wait_until(lambda: _count(replica.target, f"g.{topic}") == 20, 60, "the first copies")
+        kafka_admin.create_partitions([NewPartitions(topic, 2)])[topic].result(30)
+        write_transactions(
+            replica.source, topic, transactions=1, per_transaction=5, first=100, partition=1
+        )
+        wait_until(
+            lambda: len(_partition(replica.target, f"g.{topic}", 1)) == 5,
+            60,
+            "the new partition's records on the target",
+            log.read_text,
+        )
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0, log.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert_replica(read_log(replica.source, topic, 2), read_log(replica.target, f"g.{topic}", 2))
+    assert "new source partition" in log.read_text()
+
+
+def _partition(bootstrap: str, topic: str, partition: int) -> list[Replicated]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    found = admin.list_topics(topic, timeout=10).topics.get(topic)
+    if found is None or len(found.partitions) <= partition:
+        return []
+    return read_log(bootstrap, topic, partition + 1)[partition]
+
+
+def test_a_target_topic_with_fewer_partitions_is_refused(
+    replica: ReplicaEnv, make_topic: Callable[..., str], target_kafka_admin: AdminClient
+) -> None:
+    topic = make_topic("repl-narrow", partitions=3)
+    target_kafka_admin.create_topics([NewTopic(f"n.{topic}", 1, 1)])[f"n.{topic}"].result(30)
+    done = replica.run("--once", "--topics", topic, "--target-prefix", "n.")
+    assert done.returncode == 2
+    last = done.stderr.strip().splitlines()[-1]  # one line, after the log lines
+    assert last.startswith(f"relay: error: target topic n.{topic} has 1 partitions, its source")
+
+
+def test_a_position_of_another_source_is_refused(
+    replica: ReplicaEnv, make_topic: Callable[..., str]
+) -> None:
+    topic = make_topic("repl-origin", partitions=1)
+    write_transactions(replica.source, topic, transactions=1, per_transaction=5, abort_every=0)
+    assert replica.run("--once", "--topics", topic, "--target-prefix", "o.").returncode == 0
+    other = replica.run(
+        "--once", "--topics", topic, "--target-prefix", "o.", "--source-alias", "west"
+    )
+    assert other.returncode == 2
+    assert "committed for source 'east'" in other.stderr
