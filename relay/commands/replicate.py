@@ -14,17 +14,18 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from functools import partial
 
 from relay.errors import RelayError, RetriableError
-from relay.kafka.replica_reader import KafkaSourceReader
+from relay.kafka.replica_reader import KafkaSourceReader, last_stable_offsets
 from relay.kafka.replica_topics import ReplicatedTopic, TopicPlanner
 from relay.kafka.replica_writer import KafkaReplicaWriter
 from relay.replication.partition_replicator import PartitionReplicator
-from relay.replication.ports import NoReplicaObserver, ReplicaObserver
+from relay.replication.ports import ReplicaObserver
 from relay.replication.types import Origin, ReplicaResult, Route
 from relay.runtime.clock import Clock, SystemClock
 from relay.runtime.failpoints import Failpoints
-from relay.runtime.progress import Progress
+from relay.runtime.metrics import ReplicaMetrics
 from relay.runtime.retry import RetryPolicy
 from relay.runtime.summary import RunSummary
 from relay.settings.replicate import ReplicateSettings
@@ -123,14 +124,6 @@ def replicate_partition(settings: ReplicateSettings, task: ReplicaTask) -> Repli
         replicator.close()
 
 
-class _ProgressObserver(NoReplicaObserver):
-    def __init__(self, progress: Progress) -> None:
-        self._progress = progress
-
-    def copied(self, topic: str, partition: int, records: int, seconds: float) -> None:
-        self._progress.advance(records)
-
-
 class ReplicateService:
     """Copies the selected topics' partitions as threads of this process: up to the
     source's last stable offsets when it started (``once``), or for as long as it runs,
@@ -141,18 +134,16 @@ class ReplicateService:
         settings: ReplicateSettings,
         *,
         clock: Clock | None = None,
-        progress: Progress | None = None,
+        metrics: ReplicaMetrics | None = None,
     ) -> None:
         self._settings = settings
         self._clock = clock or SystemClock()
-        self._progress = progress
-        self._observer: ReplicaObserver = (
-            NoReplicaObserver() if progress is None else _ProgressObserver(progress)
-        )
+        self.metrics = metrics or ReplicaMetrics()
         self.stop_event = threading.Event()
 
     def run(self, once: bool) -> RunSummary[ReplicaResult]:
         plan = plan_replication(self._settings)
+        self.metrics.started(partial(last_stable_offsets, self._settings))
         if not plan.topics:
             log.warning("no source topic matches %s yet", self._settings.selection.describe())
         log.info(
@@ -181,16 +172,19 @@ class ReplicateService:
                 replicator.close()
 
     def _build(self, task: ReplicaTask, retry: RetryPolicy) -> PartitionReplicator:
+        self.metrics.expect(task.route.topic, task.route.partition)
         return build_partition_replicator(
-            self._settings, task, retry=retry, clock=self._clock, observer=self._observer
+            self._settings, task, retry=retry, clock=self._clock, observer=self.metrics
         )
 
     def _drain(self, replicator: PartitionReplicator, task: ReplicaTask) -> ReplicaResult:
-        end = task.end_offset or 0
-        start = replicator.start()
-        if self._progress is not None:
-            self._progress.add_total(max(0, end - start))
-        return replicator.drain(end, self._settings.max_wait_s * 10, self.stop_event)
+        end, route = task.end_offset or 0, task.route
+        try:
+            start = replicator.start()
+            self.metrics.to_copy(route.topic, route.partition, max(0, end - start))
+            return replicator.drain(end, self._settings.max_wait_s * 10, self.stop_event)
+        finally:
+            self.metrics.stopped(route.topic, route.partition)
 
     def _results(self, futures: list[Future[ReplicaResult]]) -> list[ReplicaResult]:
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
@@ -258,6 +252,7 @@ class ReplicateService:
                     break
                 except RetriableError as exc:
                     log.warning("%s: start-up failed (%s)", task.route, exc)
+                    self.metrics.retrying(task.route.topic, task.route.partition)
                     if self._clock.wait(_START_RETRY_S, stop):
                         return _result(task.route, 0, 0, 0)
             records = batches = 0
@@ -277,6 +272,7 @@ class ReplicateService:
                 )
             return _result(task.route, records, batches, replicator.next_offset)
         finally:
+            self.metrics.stopped(task.route.topic, task.route.partition)
             replicator.close()
 
 

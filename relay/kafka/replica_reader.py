@@ -11,6 +11,7 @@ import logging
 from collections.abc import Sequence
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaError as LibKafkaError
 
 from relay.errors import ConfigurationError, KafkaError, RetriableError
 from relay.kafka.errors import TRANSIENT_CODES, kafka_reason, translate
@@ -34,9 +35,10 @@ def source_consumer(settings: ReplicateSettings) -> Consumer:
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
                 "enable.partition.eof": False,
-                # A position older than the partition's first offset (the source's retention
-                # deleted records before they were copied) starts at the first offset.
-                "auto.offset.reset": "earliest",
+                # An offset the broker calls out of range is the reader's to judge
+                # (read()): a broker may say so for a moment about a partition just
+                # created, and resetting to "earliest" then would copy records again.
+                "auto.offset.reset": "error",
             },
             logger=_librdkafka_log,
         )
@@ -60,10 +62,10 @@ class KafkaSourceReader:
         self._route = route
         self._timeout = settings.source.request_timeout_s
         self._consumer = source_consumer(settings)
-        self._sought = 0
+        self._next = 0  # the offset after the last record read (or the one sought)
 
     def seek(self, next_offset: int) -> None:
-        self._sought = next_offset
+        self._next = next_offset
         try:
             # assign() (not seek()) also drops whatever was fetched from the old position.
             self._consumer.assign(
@@ -89,6 +91,9 @@ class KafkaSourceReader:
         for message in messages:
             err = message.error()
             if err is not None:
+                if err.code() == LibKafkaError._AUTO_OFFSET_RESET:
+                    self._out_of_range(err.str())
+                    break  # what was read before it is good
                 self._raise(err)
             kind, timestamp = message.timestamp()
             append(
@@ -100,7 +105,39 @@ class KafkaSourceReader:
                     0 if kind == TIMESTAMP_NOT_AVAILABLE else timestamp,
                 )
             )
+        if records:
+            self._next = records[-1].offset + 1
         return records
+
+    def _out_of_range(self, reason: str) -> None:
+        """The broker called the next offset out of range: read on from the partition's
+        first offset when retention deleted the records before they were copied (they are
+        lost to the target, as to any consumer); otherwise read the same offset again."""
+        tp = TopicPartition(self._route.topic, self._route.partition)
+        try:
+            low, high = self._consumer.get_watermark_offsets(
+                tp, timeout=self._timeout, cached=False
+            )
+        except KafkaException as exc:
+            raise translate(exc, f"{self._route}: reading the first offset") from None
+        if self._next < low:
+            log.warning(
+                "%s: offsets %d..%d were deleted on the source (retention) before they were "
+                "copied; copying on from offset %d",
+                self._route,
+                self._next,
+                low - 1,
+                low,
+            )
+            self.seek(low)
+            return
+        self.seek(self._next)
+        if self._next > high:
+            raise KafkaError(
+                f"{self._route}: the source partition ends at offset {high}, below the next "
+                f"offset to copy ({self._next}): its log was truncated or the topic recreated"
+            )
+        raise RetriableError(f"{self._route}: offset {self._next} reported out of range: {reason}")
 
     def _raise(self, err: object) -> None:
         code = getattr(err, "code", lambda: None)()
@@ -115,7 +152,7 @@ class KafkaSourceReader:
             found = self._consumer.position([tp])[0].offset
         except KafkaException as exc:
             raise translate(exc, f"{self._route}: reading the position") from None
-        return found if found >= 0 else self._sought
+        return found if found >= 0 else self._next
 
     def end_offset(self) -> int:
         """For a read_committed consumer, the high offset the brokers report is the last
@@ -134,3 +171,25 @@ class KafkaSourceReader:
             self._consumer.close()
         except (KafkaException, RuntimeError) as exc:
             log.debug("%s: closing the source consumer: %s", self._route, exc)
+
+
+def last_stable_offsets(
+    settings: ReplicateSettings, partitions: Sequence[tuple[str, int]]
+) -> dict[tuple[str, int], int]:
+    """Each source partition's last stable offset (for the lag), with one consumer."""
+    consumer = source_consumer(settings)
+    timeout = settings.source.request_timeout_s
+    found: dict[tuple[str, int], int] = {}
+    try:
+        for topic, partition in partitions:
+            tp = TopicPartition(topic, partition)
+            try:
+                _low, high = consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
+            except KafkaException as exc:
+                raise translate(
+                    exc, f"{topic}[{partition}]: reading the last stable offset"
+                ) from None
+            found[(topic, partition)] = int(high)
+    finally:
+        consumer.close()
+    return found

@@ -112,6 +112,7 @@ class PartitionReplicator:
         self._committed_at = self._clock.monotonic()
         log.info("%s: fenced, copying from offset %d", self.route, self._next)
         self._failpoints.hit("startup", self.route.partition)
+        self._observer.running(self.route.topic, self.route.partition, self._next)
         return self._next
 
     def _restart(self) -> None:
@@ -183,6 +184,7 @@ class PartitionReplicator:
         self._observer.copied(
             self.route.topic, self.route.partition, len(records), self._committed_at - began
         )
+        self._observer.running(self.route.topic, self.route.partition, next_offset)
         self._failpoints.hit("after_commit", self.route.partition)
         return ReplicaBatch(len(records), records[0].offset, next_offset)
 

@@ -70,7 +70,11 @@ class ReplicaWriter(Protocol):
 
 
 class ReplicaObserver(Protocol):
-    """Told what a replicated partition does, for metrics and progress."""
+    """Told what a replicated partition does, for metrics and progress
+    (relay.runtime.metrics.ReplicaMetrics); it changes nothing the replicator does."""
+
+    def running(self, topic: str, partition: int, next_offset: int) -> None:
+        """Started at ``next_offset``, or a batch committed up to it: not retrying."""
 
     def copied(self, topic: str, partition: int, records: int, seconds: float) -> None:
         """A batch committed ``records`` copies, ``seconds`` after its read began."""
@@ -80,6 +84,11 @@ class ReplicaObserver(Protocol):
 
 
 class NoReplicaObserver:
+    """The observer of a replicator nobody watches."""
+
+    def running(self, topic: str, partition: int, next_offset: int) -> None:
+        pass
+
     def copied(self, topic: str, partition: int, records: int, seconds: float) -> None:
         pass
 

@@ -12,7 +12,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from relay.errors import RelayError
 from relay.runtime.clock import Clock
-from relay.runtime.metrics import Backlog, MirrorMetrics, OutboxMetrics, TopicPartition
+from relay.runtime.metrics import (
+    Backlog,
+    MirrorMetrics,
+    OutboxMetrics,
+    ReplicaMetrics,
+    TopicPartition,
+)
 from relay.runtime.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -81,3 +87,19 @@ class MirrorProgressMetrics(MirrorMetrics):
     ) -> None:
         super().applied(tp, records, dead_letters, next_offset)
         self.progress.advance(records, dead_letters=dead_letters)
+
+
+class ReplicaProgressMetrics(ReplicaMetrics):
+    """`relay replicate`'s metrics, and ``progress``: the total is each source partition's
+    offsets between its position and the run's end, the records done are those copied."""
+
+    def __init__(self, progress: Progress, *, clock: Clock | None = None) -> None:
+        super().__init__(clock=clock)
+        self.progress = progress
+
+    def to_copy(self, topic: str, partition: int, records: int) -> None:
+        self.progress.add_total(records)
+
+    def copied(self, topic: str, partition: int, records: int, seconds: float) -> None:
+        super().copied(topic, partition, records, seconds)
+        self.progress.advance(records)

@@ -221,9 +221,17 @@ def _relay_changes(source: SettingsSource) -> dict[str, Any]:
     found["position_refresh_s"] = source.positive_float("position_refresh_s")
     found["member_session_timeout_ms"] = source.positive_int("member_session_timeout_ms")
     found["cleanup"] = source.boolean("cleanup")
-    port = found["metrics_port"] = source.positive_int("metrics_port")
+    found.update(metrics_settings(source))
+    return {name: value for name, value in found.items() if value is not None}
+
+
+def metrics_settings(source: SettingsSource) -> dict[str, Any]:
+    """``metrics_port`` and ``metrics_host`` where given (RELAY_METRICS_PORT/_HOST)."""
+    found: dict[str, Any] = {}
+    port = source.positive_int("metrics_port")
     if port is not None and port > 65535:
         name = source.env_name("metrics_port")
         raise ConfigurationError(f"{name} must be a TCP port (1..65535), got {port}")
+    found["metrics_port"] = port
     found["metrics_host"] = source.non_empty("metrics_host")
     return {name: value for name, value in found.items() if value is not None}

@@ -18,7 +18,12 @@ from typing import Any
 
 from relay.errors import ConfigurationError
 from relay.settings.loader import SettingsSource, check_owned_properties
-from relay.settings.relay import KafkaSettings, load_kafka_settings
+from relay.settings.relay import (
+    ALL_INTERFACES,
+    KafkaSettings,
+    load_kafka_settings,
+    metrics_settings,
+)
 
 REPLICATE_ENV_PREFIX = "RELAY_REPLICATE_"
 DEFAULT_GROUP = "relay-replicate"
@@ -68,6 +73,8 @@ class ReplicateSettings:
     replication_factor: int | None = None  # of the target topics it creates (None: broker's)
     retry_attempts: int = 8
     position_refresh_s: float = 3600.0
+    metrics_port: int | None = None  # serve /metrics, /healthz, /readyz (None: do not)
+    metrics_host: str = ALL_INTERFACES
 
     @property
     def prefix(self) -> str:
@@ -87,6 +94,7 @@ class ReplicateSettings:
             "source_alias": self.source_alias or "(the source cluster's id)",
             "batch_size": str(self.batch_size),
             "batch_bytes": str(self.batch_bytes),
+            "metrics": f"{self.metrics_host}:{self.metrics_port}" if self.metrics_port else "off",
         }
 
 
@@ -111,6 +119,8 @@ def load_replicate_settings(
         found[name] = source.positive_int(name)
     for name in ("max_wait_s", "topic_refresh_s", "position_refresh_s"):
         found[name] = source.positive_float(name)
+    # The metrics flags and variables are every command's (RELAY_METRICS_PORT/_HOST).
+    found.update(metrics_settings(SettingsSource(overrides, environ)))
     return ReplicateSettings(
         source=clusters["source"],
         target=clusters["target"],

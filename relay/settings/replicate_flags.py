@@ -155,6 +155,8 @@ def replicate_settings_from_args(args: argparse.Namespace) -> ReplicateSettings:
         for name, value in given.items()
         if name.startswith("replicate_")
     }
+    for name in ("metrics_port", "metrics_host"):  # every command's (add_metrics_flags)
+        overrides[name] = given.get(name)
     for cluster in _CLUSTERS:
         for name in ("bootstrap_servers", "config_file"):
             overrides[f"{cluster}_{name}"] = given.get(f"{cluster}_{name}")

@@ -137,6 +137,9 @@ def read_log(bootstrap: str, topic: str, partitions: int) -> dict[int, list[Repl
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
+            # A broker may call offset 0 of a partition just created out of range for a
+            # moment: start over at the beginning, never at the end.
+            "auto.offset.reset": "earliest",
         }
     )
     found: dict[int, list[Replicated]] = {}

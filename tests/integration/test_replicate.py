@@ -9,9 +9,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 from confluent_kafka.admin._resource import ResourceType
 
+from relay.chaos.servers import free_ports
 from relay.runtime.failpoints import ENV_VAR as FAILPOINTS
 from tests.integration.replicate_support import (
     ReplicaEnv,
@@ -22,6 +24,7 @@ from tests.integration.replicate_support import (
     write_transactions,
 )
 from tests.integration.support import wait_until
+from tests.integration.test_metrics import by_label, get, scrape, total
 
 pytestmark = pytest.mark.integration
 
@@ -215,3 +218,55 @@ def test_a_position_of_another_source_is_refused(
     )
     assert other.returncode == 2
     assert "committed for source 'east'" in other.stderr
+
+
+def test_relay_replicate_serves_copies_lag_and_readiness(
+    replica: ReplicaEnv, make_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    topic = make_topic("repl-metrics", partitions=2)
+    write_transactions(replica.source, topic, transactions=4, per_transaction=10)
+    (port,) = free_ports(1)
+    log = tmp_path / "replicate.log"
+    process = replica.start(
+        "--topics", topic, "--target-prefix", "m.", "--metrics-port", str(port), log=log
+    )
+    try:
+        wait_until(lambda: get(port, "/readyz") == (200, "ready\n"), 60, "/readyz", log.read_text)
+
+        def copied() -> dict[str, float]:
+            return by_label(scrape(port), "relay_replicate_records_copied_total", "partition")
+
+        wait_until(
+            lambda: sum(copied().values()) == 30,
+            60,
+            "30 copies counted",
+            lambda: f"{copied()}\n{log.read_text()}",
+        )
+        lag = by_label(scrape(port), "relay_replicate_lag_records", "partition")
+        assert set(lag) == {"0", "1"}
+        assert all(value <= 1 for value in lag.values())  # at most a marker behind
+        assert total(scrape(port), "relay_ready") == 1.0
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0, log.read_text()
+
+
+def test_records_deleted_on_the_source_before_they_were_copied_are_skipped_with_a_warning(
+    replica: ReplicaEnv, make_topic: Callable[..., str], kafka_admin: AdminClient
+) -> None:
+    topic = make_topic("repl-retention", partitions=1)
+    n = write_transactions(replica.source, topic, transactions=1, per_transaction=10, abort_every=0)
+    args = ("--once", "--topics", topic, "--target-prefix", "r.")
+    assert replica.run(*args).returncode == 0
+    write_transactions(
+        replica.source, topic, transactions=1, per_transaction=10, abort_every=0, first=n
+    )
+    # Retention deletes offsets up to 14 before the next run; the first run's position is
+    # 10 (offset 10 is the first transaction's marker, the second's records are 11..20).
+    deleted = kafka_admin.delete_records([TopicPartition(topic, 0, 15)])
+    deleted[TopicPartition(topic, 0, 15)].result(30)
+    again = replica.run(*args)
+    assert again.returncode == 0, again.stderr
+    assert "offsets 10..14 were deleted on the source (retention)" in again.stderr
+    copies = read_log(replica.target, f"r.{topic}", 1)[0]
+    assert [c.source_offset() for c in copies] == [*range(10), *range(15, 21)]

@@ -1,0 +1,83 @@
+"""What every command's metrics share: a registry of the process's own, its readiness, and
+queries asked at scrape time."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from typing import Generic, TypeVar
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+
+from relay.errors import RelayError
+from relay.runtime.clock import Clock, SystemClock
+from relay.runtime.health import Readiness
+
+log = logging.getLogger(__name__)
+
+QUERY_EVERY_S = 10.0
+"""The least time between two scrape-time queries (pending rows, last stable offsets)."""
+
+BATCH_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+K = TypeVar("K")
+V = TypeVar("V")
+TopicPartition = tuple[str, int]
+
+
+class Sampled(Generic[K, V]):
+    """A query asked at scrape time, at most every QUERY_EVERY_S (sooner only about keys
+    it was not asked about yet); its last answer in between. A failed query is logged and
+    leaves the series out until the next one."""
+
+    def __init__(self, what: str, clock: Clock) -> None:
+        self._what = what
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._query: Callable[[Sequence[K]], Mapping[K, V]] | None = None
+        self._answer: Mapping[K, V] = {}
+        self._asked: set[K] = set()
+        self._asked_at = 0.0
+
+    def use(self, query: Callable[[Sequence[K]], Mapping[K, V]] | None) -> None:
+        """Ask ``query`` from now on; None: nothing (after a query under way has ended,
+        so that what it uses may be closed then)."""
+        with self._lock:
+            self._query, self._answer, self._asked = query, {}, set()
+
+    def get(self, keys: Collection[K]) -> Mapping[K, V]:
+        with self._lock:
+            now = self._clock.monotonic()
+            due = not set(keys) <= self._asked or now - self._asked_at >= QUERY_EVERY_S
+            if self._query is not None and keys and due:
+                self._asked, self._asked_at = set(keys), now
+                try:
+                    self._answer = dict(self._query(list(keys)))
+                except RelayError as exc:
+                    log.warning("metrics: %s failed: %s", self._what, exc)
+                    self._answer = {}
+            return self._answer
+
+
+class ProcessMetrics:
+    """A registry of the process's own and its readiness, both served by :func:`serving`;
+    ``relay_ready`` mirrors ``/readyz`` for alerting."""
+
+    def __init__(self, *, clock: Clock | None = None) -> None:
+        self.registry = CollectorRegistry()
+        self.readiness = Readiness()
+        self._clock = clock or SystemClock()
+        self._lock = threading.Lock()
+        self._declare()
+        self.registry.register(self)
+
+    def _declare(self) -> None:
+        """Declare the command's metrics on :attr:`registry`."""
+
+    def collect(self) -> Iterator[Metric]:
+        """The series computed at scrape time (a prometheus_client Collector)."""
+        ready = GaugeMetricFamily("relay_ready", "1 while /readyz answers 200, else 0")
+        ready.add_metric([], 1.0 if self.readiness.check()[0] else 0.0)
+        yield ready

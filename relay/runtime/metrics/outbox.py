@@ -1,0 +1,146 @@
+"""`relay run`'s metrics: the RelayObserver of its relay partitions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from functools import partial
+from typing import NamedTuple
+
+from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+
+from relay.runtime.health import State
+from relay.runtime.metrics.base import BATCH_BUCKETS_S, QUERY_EVERY_S, ProcessMetrics, Sampled
+
+
+class Backlog(NamedTuple):
+    """A relay partition as the database sees it."""
+
+    pending: int  # rows above the partition's position
+    dead_letters: int  # rows in outbox_dead_letters
+
+
+class OutboxMetrics(ProcessMetrics):
+    """`relay run`'s metrics and readiness: the RelayObserver of its relay partitions."""
+
+    def _declare(self) -> None:
+        counter = partial(Counter, registry=self.registry, labelnames=["partition"])
+        self._published = counter(
+            "relay_outbox_records_published", "Outbox rows published (committed in Kafka)"
+        )
+        self._committed = counter(
+            "relay_outbox_transactions_committed",
+            "Kafka transactions committed: batches, and keep-alives of an idle position",
+        )
+        self._aborted = counter("relay_outbox_transactions_aborted", "Kafka transactions aborted")
+        self._fenced = counter(
+            "relay_outbox_fencings", "Relay partitions fenced: another relay instance took over"
+        )
+        self._retries = counter(
+            "relay_outbox_retries", "Batches and start-ups that failed and are tried again"
+        )
+        self._dead_letters = counter(
+            "relay_outbox_dead_letters", "Outbox rows Kafka refused, moved to outbox_dead_letters"
+        )
+        self._position = Gauge(
+            "relay_outbox_position",
+            "The position committed in Kafka: the last published seq",
+            registry=self.registry,
+            labelnames=["partition"],
+        )
+        self._duration = Histogram(
+            "relay_outbox_batch_duration_seconds",
+            "One batch: fetching its rows, sending them and committing the Kafka transaction",
+            registry=self.registry,
+            buckets=BATCH_BUCKETS_S,
+        )
+        self._counters = (
+            self._published,
+            self._committed,
+            self._aborted,
+            self._fenced,
+            self._retries,
+            self._dead_letters,
+        )
+        self._positions: dict[int, int] = {}
+        self._backlog: Sampled[int, Backlog] = Sampled("reading the pending rows", self._clock)
+
+    def expect(
+        self,
+        partitions: Iterable[int],
+        backlog: Callable[[Mapping[int, int]], Mapping[int, Backlog]],
+        *,
+        shared: bool = False,
+    ) -> None:
+        """The start-up checks passed: ``partitions`` must run to be ready (``shared``:
+        only those the members group gives this process, as they start). ``backlog``
+        answers per relay partition for its position (asked at scrape time)."""
+        names = []
+        for partition in partitions:
+            names.append(_partition(partition))
+            for counter in self._counters:
+                counter.labels(str(partition))  # a 0 from the start, for rate() and alerts
+        self.readiness.checked(() if shared else names)
+        self._backlog.use(lambda _partitions: backlog(self._known_positions()))
+
+    def _known_positions(self) -> dict[int, int]:
+        with self._lock:
+            return dict(self._positions)
+
+    # -- RelayObserver (relay.publishing.ports) ----------------------------------------
+
+    def running(self, partition: int, position: int) -> None:
+        with self._lock:
+            self._positions[partition] = position
+        self._position.labels(str(partition)).set(position)
+        self.readiness.set(_partition(partition), State.RUNNING)
+
+    def transaction(self, partition: int, committed: bool) -> None:
+        (self._committed if committed else self._aborted).labels(str(partition)).inc()
+
+    def published(self, partition: int, records: int, seconds: float) -> None:
+        self._published.labels(str(partition)).inc(records)
+        self._duration.observe(seconds)
+
+    def retrying(self, partition: int) -> None:
+        self._retries.labels(str(partition)).inc()
+        self.readiness.set(_partition(partition), State.RETRYING)
+
+    def dead_lettered(self, partition: int, rows: int) -> None:
+        self._dead_letters.labels(str(partition)).inc(rows)
+
+    # -- what only relay.commands sees ------------------------------------------------
+
+    def fenced(self, partition: int) -> None:
+        self._fenced.labels(str(partition)).inc()
+
+    def stopped(self, partition: int) -> None:
+        self.readiness.set(_partition(partition), State.STOPPED)
+
+    def released(self, partition: int) -> None:
+        """Another member of the group publishes ``partition`` now (or will)."""
+        self.readiness.forget(_partition(partition))
+        with self._lock:
+            self._positions.pop(partition, None)
+
+    def collect(self) -> Iterator[Metric]:
+        yield from super().collect()
+        pending = GaugeMetricFamily(
+            "relay_outbox_pending_rows",
+            f"Committed outbox rows above the position (asked at most every {QUERY_EVERY_S:g} s)",
+            labels=["partition"],
+        )
+        dead = GaugeMetricFamily(
+            "relay_outbox_dead_letter_rows",
+            f"Rows in outbox_dead_letters (asked at most every {QUERY_EVERY_S:g} s)",
+            labels=["partition"],
+        )
+        for partition, found in sorted(self._backlog.get(self._known_positions()).items()):
+            pending.add_metric([str(partition)], found.pending)
+            dead.add_metric([str(partition)], found.dead_letters)
+        yield pending
+        yield dead
+
+
+def _partition(partition: int) -> str:
+    return f"relay partition {partition}"

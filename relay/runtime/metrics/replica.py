@@ -1,0 +1,97 @@
+"""`relay replicate`'s metrics: the ReplicaObserver of its source partitions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
+
+from prometheus_client import Counter, Histogram
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+
+from relay.runtime.health import State
+from relay.runtime.metrics.base import (
+    BATCH_BUCKETS_S,
+    QUERY_EVERY_S,
+    ProcessMetrics,
+    Sampled,
+    TopicPartition,
+)
+
+
+def component(topic: str, partition: int) -> str:
+    """A source partition's name in ``/readyz``."""
+    return f"{topic}[{partition}]"
+
+
+class ReplicaMetrics(ProcessMetrics):
+    """Records copied, retries, the batch durations, and the lag of each source partition
+    (its last stable offset minus the position, asked at scrape time); ready while every
+    source partition copies."""
+
+    def _declare(self) -> None:
+        counter = partial(Counter, registry=self.registry, labelnames=["topic", "partition"])
+        self._copied = counter(
+            "relay_replicate_records_copied", "Source records copied to the target cluster"
+        )
+        self._retries = counter(
+            "relay_replicate_retries", "Batches and start-ups that failed and are tried again"
+        )
+        self._duration = Histogram(
+            "relay_replicate_batch_seconds",
+            "From the read of a batch to its target commit",
+            registry=self.registry,
+            buckets=BATCH_BUCKETS_S,
+        )
+        self._positions: dict[TopicPartition, int] = {}
+        self._stable: Sampled[TopicPartition, int] = Sampled(
+            "reading the source's last stable offsets", self._clock
+        )
+
+    def started(
+        self, stable: Callable[[Sequence[TopicPartition]], Mapping[TopicPartition, int]] | None
+    ) -> None:
+        """The topics are planned. ``stable`` answers the source's last stable offsets for
+        the lag (asked at scrape time); None: no lag."""
+        self._stable.use(stable)
+        self.readiness.checked([])
+
+    def expect(self, topic: str, partition: int) -> None:
+        """A source partition this process copies from now on: ready once it runs."""
+        self._copied.labels(topic, str(partition))
+        self._retries.labels(topic, str(partition))
+        self.readiness.set(component(topic, partition), State.STARTING)
+
+    def to_copy(self, topic: str, partition: int, records: int) -> None:
+        """A run meant to finish (``--once``) has about ``records`` offsets to copy in this
+        partition (a progress display counts them; the metrics do not)."""
+
+    def running(self, topic: str, partition: int, next_offset: int) -> None:
+        with self._lock:
+            self._positions[(topic, partition)] = next_offset
+        self.readiness.set(component(topic, partition), State.RUNNING)
+
+    def copied(self, topic: str, partition: int, records: int, seconds: float) -> None:
+        self._copied.labels(topic, str(partition)).inc(records)
+        self._duration.observe(seconds)
+
+    def retrying(self, topic: str, partition: int) -> None:
+        self._retries.labels(topic, str(partition)).inc()
+        self.readiness.set(component(topic, partition), State.RETRYING)
+
+    def stopped(self, topic: str, partition: int) -> None:
+        self.readiness.set(component(topic, partition), State.STOPPED)
+
+    def collect(self) -> Iterator[Metric]:
+        yield from super().collect()
+        lag = GaugeMetricFamily(
+            "relay_replicate_lag_records",
+            "The source partition's last stable offset minus the position on the target "
+            f"(asked at most every {QUERY_EVERY_S:g} s; markers and aborted records count)",
+            labels=["topic", "partition"],
+        )
+        with self._lock:
+            positions = dict(self._positions)
+        stable = self._stable.get(positions.keys())
+        for tp in sorted(positions.keys() & stable.keys()):
+            lag.add_metric([tp[0], str(tp[1])], max(0, stable[tp] - positions[tp]))
+        yield lag
