@@ -46,6 +46,7 @@ def write_source(bootstrap: str) -> tuple[int, int]:
                 headers=[("event-type", b"PaymentCaptured")],
             )
         if txn % 4 == 3:
+            producer.flush(30)  # the aborted records reach the log (and are never copied)
             producer.abort_transaction(30)
             aborted += 10
         else:

@@ -20,7 +20,7 @@ from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewPartitions, NewTopic
 
 from relay.errors import ConfigurationError, KafkaError, TargetTopicError
-from relay.kafka.admin import admin_client
+from relay.kafka.admin import admin_client, check_broker
 from relay.kafka.errors import kafka_reason, lib_error, translate
 from relay.kafka.replica_writer import target_positions_consumer
 from relay.settings.replicate import ReplicateSettings
@@ -63,6 +63,12 @@ class TopicPlanner:
         self._source = admin_client(settings.source)
         self._target = admin_client(settings.target)
         self._timeout = max(settings.source.request_timeout_s, settings.target.request_timeout_s)
+
+    def check_clusters(self) -> None:
+        """Fail fast, with one clear line, when either cluster does not answer or refuses
+        the login."""
+        check_broker(self._source, self._settings.source)
+        check_broker(self._target, self._settings.target)
 
     def cluster_ids(self) -> tuple[str, str]:
         """The source and the target cluster's ids."""

@@ -160,6 +160,9 @@ class PartitionReplicator:
             self._restart()
         records = self._take(up_to, wait_s)
         if not records:
+            if not self._read:  # caught up: only aborted records and markers were skipped
+                read_up_to = max(self.next_offset, self._reader.position())
+                self._observer.running(self.route.topic, self.route.partition, read_up_to)
             return None
         next_offset = records[-1].offset + 1
         self._writer.begin()

@@ -74,7 +74,8 @@ class ReplicaObserver(Protocol):
     (relay.runtime.metrics.ReplicaMetrics); it changes nothing the replicator does."""
 
     def running(self, topic: str, partition: int, next_offset: int) -> None:
-        """Started at ``next_offset``, or a batch committed up to it: not retrying."""
+        """Started at ``next_offset``, a batch committed up to it, or everything below it
+        was read and copied or skipped (aborted records, markers): not retrying."""
 
     def copied(self, topic: str, partition: int, records: int, seconds: float) -> None:
         """A batch committed ``records`` copies, ``seconds`` after its read began."""

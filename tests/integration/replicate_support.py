@@ -56,8 +56,8 @@ class ReplicaEnv:
             RELAY_REPLICATE_TARGET_BOOTSTRAP_SERVERS=self.target,
             RELAY_REPLICATE_GROUP=self.group,
             RELAY_REPLICATE_SOURCE_ALIAS="east",
-            **extra,
         )
+        env.update(extra)
         return env
 
     def run(
@@ -121,6 +121,7 @@ def write_transactions(
             )
             n += 1
         if abort_every and t % abort_every == abort_every - 1:
+            producer.flush(30)  # the aborted records are in the log, not just dropped
             producer.abort_transaction(30)
         else:
             producer.commit_transaction(30)

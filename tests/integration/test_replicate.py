@@ -9,11 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 from confluent_kafka.admin._resource import ResourceType
 
 from relay.chaos.servers import free_ports
+from relay.devenv.endpoints import SaslEndpoint
 from relay.runtime.failpoints import ENV_VAR as FAILPOINTS
 from tests.integration.replicate_support import (
     ReplicaEnv,
@@ -43,6 +44,9 @@ def test_once_copies_exactly_the_committed_records(
     assert done.returncode == 0, done.stderr
     source, target = read_log(replica.source, topic, 3), read_log(replica.target, f"dr.{topic}", 3)
     assert sum(map(len, source.values())) == 9 * 25  # 3 of the 12 transactions aborted
+    # ... and their records are in the source's log: 300 records and 12 markers per
+    # partition that a transaction wrote to (read_uncommitted would see them all).
+    assert _log_end(replica.source, topic, 3) >= 12 * 25 + 12
     assert_replica(source, target)
     assert f"copied {9 * 25} records" in done.stdout
     headers = dict(target[0][0].headers)
@@ -117,6 +121,18 @@ def test_a_second_instance_fences_the_first_and_nothing_is_duplicated(
             if process is not None and process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+def _log_end(bootstrap: str, topic: str, partitions: int) -> int:
+    """The sum of the partitions' high watermarks: every record and marker written."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "it-watermarks"})
+    try:
+        return sum(
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+            for p in range(partitions)
+        )
+    finally:
+        consumer.close()
 
 
 def _count(bootstrap: str, topic: str) -> int:
@@ -242,9 +258,13 @@ def test_relay_replicate_serves_copies_lag_and_readiness(
             "30 copies counted",
             lambda: f"{copied()}\n{log.read_text()}",
         )
-        lag = by_label(scrape(port), "relay_replicate_lag_records", "partition")
-        assert set(lag) == {"0", "1"}
-        assert all(value <= 1 for value in lag.values())  # at most a marker behind
+
+        def lag() -> dict[str, float]:
+            return by_label(scrape(port), "relay_replicate_lag_records", "partition")
+
+        # Caught up: the last transaction was aborted, and its records and markers count
+        # as read once the reader is past them.
+        wait_until(lambda: lag() == {"0": 0.0, "1": 0.0}, 30, "no lag", lambda: str(lag()))
         assert total(scrape(port), "relay_ready") == 1.0
     finally:
         process.send_signal(signal.SIGTERM)
@@ -270,3 +290,36 @@ def test_records_deleted_on_the_source_before_they_were_copied_are_skipped_with_
     assert "offsets 10..14 were deleted on the source (retention)" in again.stderr
     copies = read_log(replica.target, f"r.{topic}", 1)[0]
     assert [c.source_offset() for c in copies] == [*range(10), *range(15, 21)]
+
+
+def test_each_side_has_its_own_login_and_no_secret_is_shown(
+    replica: ReplicaEnv, make_topic: Callable[..., str], sasl_endpoint: SaslEndpoint
+) -> None:
+    topic = make_topic("repl-sasl", partitions=1)
+    write_transactions(replica.source, topic, transactions=2, per_transaction=5, abort_every=0)
+    login = (
+        "security.protocol=SASL_PLAINTEXT;sasl.mechanism=PLAIN;"
+        f"sasl.username={sasl_endpoint.username};sasl.password={sasl_endpoint.password}"
+    )
+    args = ("--once", "--topics", topic, "--target-prefix", "s.", "--log-level", "DEBUG")
+    done = replica.run(
+        *args,
+        RELAY_REPLICATE_SOURCE_BOOTSTRAP_SERVERS=sasl_endpoint.bootstrap_servers,
+        RELAY_REPLICATE_SOURCE_PROPERTIES=login,
+    )
+    assert done.returncode == 0, done.stderr
+    assert read_log(replica.target, f"s.{topic}", 1)[0] != []
+    wrong = replica.run(
+        *args,
+        RELAY_REPLICATE_SOURCE_BOOTSTRAP_SERVERS=sasl_endpoint.bootstrap_servers,
+        RELAY_REPLICATE_SOURCE_PROPERTIES=login.replace(sasl_endpoint.password, "not-the-password"),
+        RELAY_REPLICATE_KAFKA_TIMEOUT_S="5",
+    )
+    assert wrong.returncode == 4
+    last = wrong.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        f"relay: error: Kafka authentication failed at {sasl_endpoint.bootstrap_servers}"
+    )
+    for output in (done.stdout + done.stderr, wrong.stdout + wrong.stderr):
+        assert sasl_endpoint.password not in output
+        assert "not-the-password" not in output
