@@ -15,6 +15,7 @@ failed (its report is printed all the same).
     ├── ConfigurationError (2)
     │   ├── PositionsMismatchError     positions that do not fit this database
     │   ├── MirroredTopicChangedError  stored mirror offsets that do not fit the topic
+    │   ├── OffsetTranslationError     a group's offsets cannot be moved to the target
     │   └── ConfirmationRequiredError  a command that needs --yes ran without it
     ├── DatabaseError (3)
     │   ├── DatabaseUnreachableError
@@ -84,6 +85,14 @@ class TargetTopicError(ConfigurationError):
     """A target topic cannot take its source topic's records as they are: it exists
     with fewer partitions than the source (records would change partition) and holds no
     position of this replicator, or it is the source topic itself."""
+
+
+class OffsetTranslationError(ConfigurationError):
+    """``relay replicate --translate-group`` cannot move a consumer group's offsets to
+    the target as asked: the group has active members on the target, a target record is
+    not a copy of its source partition, or partitions are not replicated up to the
+    group's offsets yet (the others were applied; run it again once the replicator has
+    caught up). The message says which."""
 
 
 class ConfirmationRequiredError(ConfigurationError):

@@ -1,19 +1,27 @@
 """`relay replicate`: copy Kafka topics to another cluster exactly once, continuously or
-``--once``."""
+``--once``; ``--translate-group`` moves a consumer group's offsets over for a failover."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from relay.cli.progress import showing
 from relay.cli.signals import stop_on_signals
+from relay.commands import replicate_offsets
 from relay.commands.replicate import ReplicateService
+from relay.errors import ConfirmationRequiredError, OffsetTranslationError
+from relay.replication.translation import TranslatedOffset, TranslationStatus, changes, held_back
 from relay.replication.types import ReplicaResult
+from relay.runtime.metrics import serving
+from relay.runtime.observed import ReplicaProgressMetrics
 from relay.runtime.progress import Progress
 from relay.runtime.summary import RunSummary
-from relay.settings.flags import add_once_flag, add_progress_flag
+from relay.settings.env_flags import add_yes_flag, env_flag
+from relay.settings.flags import add_metrics_flags, add_once_flag, add_progress_flag
+from relay.settings.replicate import ReplicateSettings
 from relay.settings.replicate_flags import add_replicate_flags, replicate_settings_from_args
 
 log = logging.getLogger("relay")
@@ -23,22 +31,99 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "replicate", help="copy Kafka topics to another Kafka cluster exactly once"
     )
-    add_once_flag(parser, "copy everything committed on the source when it started")
+    mode = parser.add_mutually_exclusive_group()
+    add_once_flag(mode, "copy everything committed on the source when it started")
+    env_flag(
+        mode,
+        "--translate-group",
+        env="RELAY_REPLICATE_TRANSLATE_GROUP",
+        shown="",
+        metavar="GROUP",
+        help="consumer failover: print where consumer group GROUP continues on the target "
+        "topics (its committed source offsets, translated), then exit; with --yes, commit "
+        "them for GROUP on the target cluster",
+    )
+    add_yes_flag(
+        parser, "with --translate-group: commit the offsets (without: show them, change nothing)"
+    )
     add_progress_flag(parser)
     add_replicate_flags(parser)
+    add_metrics_flags(parser)
     parser.set_defaults(handler=_replicate)
 
 
 def _replicate(args: argparse.Namespace) -> int:
     settings = replicate_settings_from_args(args)
+    if args.translate_group:
+        return _translate_group(settings, args.translate_group, yes=args.yes)
     log.info("starting replicate: %s", settings.describe())
     progress = Progress() if args.once else None
-    service = ReplicateService(settings, progress=progress)
+    metrics = None if progress is None else ReplicaProgressMetrics(progress)
+    service = ReplicateService(settings, metrics=metrics)
     stop_on_signals(service.stop_event.set, "finishing the open transactions, then stopping")
-    with showing(progress, "copied", args.progress_interval_s):
+    with (
+        serving(service.metrics, settings.metrics_host, settings.metrics_port),
+        showing(progress, "copied", args.progress_interval_s),
+    ):
         summary = service.run(once=args.once)
     print(describe_summary(summary))
     return 0
+
+
+def _translate_group(settings: ReplicateSettings, group: str, *, yes: bool) -> int:
+    rows = replicate_offsets.translate(settings, group)
+    print(describe_translation(group, rows))
+    if not yes:
+        if changes(rows):
+            raise ConfirmationRequiredError(
+                "nothing changed: run it again with --yes to commit the offsets on the target"
+            )
+        return 0
+    applied = replicate_offsets.apply(settings, group, rows)
+    print(f"committed {len(applied)} offsets for group {group} on the target cluster")
+    for row in applied:
+        print(f"  {row.target_topic}[{row.partition}]: {row.target_offset}")
+    if held := held_back(rows):
+        raise OffsetTranslationError(
+            f"{len(held)} partition(s) of group {group} not applied ("
+            + ", ".join(f"{r.topic}[{r.partition}]: {r.status}" for r in held)
+            + "); the others were committed. Run it again once the replicator has copied "
+            "up to the group's offsets (docs/replication.md, 'Failing consumers over')"
+        )
+    return 0
+
+
+def _status(row: TranslatedOffset) -> str:
+    if row.status is TranslationStatus.NO_OFFSET:
+        return "no offset, skipped"
+    if not row.status.applicable:
+        return f"{row.status}, not applied"
+    return str(row.status) if row.changes else f"{row.status}, already committed"
+
+
+def describe_translation(group: str, rows: Sequence[TranslatedOffset]) -> str:
+    """The table `relay replicate --translate-group` prints."""
+    table = [
+        ("topic", "partition", "source offset", "target topic", "target offset", "status"),
+        *(
+            (
+                row.topic,
+                str(row.partition),
+                "-" if row.source_offset is None else str(row.source_offset),
+                row.target_topic,
+                "-" if row.target_offset is None else str(row.target_offset),
+                _status(row),
+            )
+            for row in rows
+        ),
+    ]
+    widths = [max(len(line[i]) for line in table) for i in range(5)]
+    aligned = [
+        [f"{line[i]:{align}{widths[i]}}" for i, align in enumerate("<>><>")] + [line[5]]
+        for line in table
+    ]
+    lines = ["  ".join(cells) for cells in aligned]
+    return "\n".join([f"group {group}: committed source offsets -> target offsets", *lines])
 
 
 def describe_summary(summary: RunSummary[ReplicaResult]) -> str:

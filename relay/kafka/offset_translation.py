@@ -1,0 +1,346 @@
+"""Translating a consumer group's committed offsets from the source cluster to the target
+(:mod:`relay.replication.translation`), and committing them there for the same group.
+
+Nothing joins a group: the group's committed offsets (on both clusters), the replicator's
+positions and the records are read by ``read_committed`` consumers that are only
+assigned, and the translated offsets are written with the admin API, which the brokers
+accept only while the group has no active member.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+from confluent_kafka import KafkaError as LibKafkaError
+from confluent_kafka.admin import AdminClient
+
+from relay.errors import ConfigurationError, KafkaError, OffsetTranslationError
+from relay.kafka.admin import admin_client
+from relay.kafka.errors import kafka_reason, lib_error, translate
+from relay.replication.translation import (
+    ProbedCopy,
+    TargetPartition,
+    TranslatedOffset,
+    Translation,
+    TranslationStatus,
+    changes,
+    translate_offset,
+)
+from relay.replication.types import (
+    SOURCE_OFFSET_HEADER,
+    SOURCE_PARTITION_HEADER,
+    SOURCE_TOPIC_HEADER,
+    Route,
+)
+from relay.runtime.clock import Deadline
+from relay.runtime.logs import LIBRDKAFKA_LOGGER
+from relay.settings.relay import KafkaSettings
+from relay.settings.replicate import ReplicateSettings
+
+log = logging.getLogger(__name__)
+_librdkafka_log = logging.getLogger(LIBRDKAFKA_LOGGER)
+
+# How the brokers refuse offsets committed from outside for a group with active members.
+_ACTIVE_CODES = frozenset(
+    {
+        LibKafkaError.UNKNOWN_MEMBER_ID,
+        LibKafkaError.ILLEGAL_GENERATION,
+        LibKafkaError.REBALANCE_IN_PROGRESS,
+    }
+)
+
+
+class _ClusterReader:
+    """A ``read_committed`` consumer of one cluster whose ``group.id`` is the group whose
+    committed offsets it reads (stable ones: pending transactional offsets are waited
+    for); it never joins the group and never commits."""
+
+    def __init__(self, kafka: KafkaSettings, group: str, cluster: str) -> None:
+        self.cluster = cluster
+        self._timeout = kafka.request_timeout_s
+        try:
+            self._consumer = Consumer(
+                {
+                    **kafka.client_config(),
+                    "group.id": group,
+                    "isolation.level": "read_committed",
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "enable.partition.eof": True,  # a probe finds "nothing" at the end
+                    "auto.offset.reset": "earliest",  # below the first offset: from there
+                    "fetch.wait.max.ms": 10,
+                },
+                logger=_librdkafka_log,
+            )
+        except KafkaException as exc:
+            raise ConfigurationError(
+                f"{cluster} Kafka configuration rejected: {kafka_reason(exc)}"
+            ) from None
+
+    def committed(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The group's committed offset of each partition that has one."""
+        if not partitions:
+            return {}
+        wanted = [TopicPartition(topic, p) for topic, p in partitions]
+        try:
+            found = self._consumer.committed(wanted, timeout=self._timeout)
+        except KafkaException as exc:
+            raise translate(exc, f"reading committed offsets on the {self.cluster}") from None
+        offsets = {}
+        for tp in found:
+            if tp.error is not None:
+                raise KafkaError(
+                    f"reading the committed offset of {tp.topic}[{tp.partition}] on the "
+                    f"{self.cluster} failed: {tp.error.str()}"
+                )
+            if tp.offset >= 0:
+                offsets[(tp.topic, tp.partition)] = tp.offset
+        return offsets
+
+    def bounds(self, topic: str, partition: int) -> tuple[int, int]:
+        """The partition's first offset and its last stable offset."""
+        try:
+            low, high = self._consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=self._timeout, cached=False
+            )
+        except KafkaException as exc:
+            raise translate(exc, f"reading the offsets of {topic}[{partition}]") from None
+        return int(low), int(high)
+
+    def first(self, topic: str, partition: int, offset: int, end: int) -> Message | None:
+        """The first committed record at ``offset`` or later and below ``end`` (one fetch
+        unless aborted records or transaction markers come first)."""
+        if offset >= end:
+            return None
+        deadline = Deadline(self._timeout)
+        try:
+            self._consumer.assign([TopicPartition(topic, partition, offset)])
+            while not deadline.expired():
+                message = self._consumer.poll(max(0.05, deadline.remaining()))
+                if message is None or message.partition() != partition:
+                    continue
+                err = message.error()
+                if err is not None:
+                    if err.code() == LibKafkaError._PARTITION_EOF:
+                        return None
+                    raise KafkaError(f"reading {topic}[{partition}] failed: {err.str()}")
+                found = message.offset() or 0
+                if found < offset:  # reset to the first offset: the log ends below offset
+                    raise KafkaError(
+                        f"{topic}[{partition}] ends below offset {offset} on the "
+                        f"{self.cluster}: it was truncated or deleted while being read"
+                    )
+                return message if found < end else None
+        except KafkaException as exc:
+            raise translate(exc, f"reading {topic}[{partition}] at offset {offset}") from None
+        raise KafkaError(
+            f"reading {topic}[{partition}] at offset {offset} on the {self.cluster}: no "
+            f"answer within {self._timeout:g} s"
+        )
+
+    def close(self) -> None:
+        try:
+            self._consumer.close()
+        except (KafkaException, RuntimeError) as exc:
+            log.debug("closing a consumer of the %s: %s", self.cluster, exc)
+
+
+def _header(message: Message, name: str) -> str:
+    found = message.headers() or ()
+    pairs = found.items() if isinstance(found, dict) else found
+    value = next((v for k, v in pairs if k == name), None)
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+class KafkaOffsetTranslator:
+    """Translates ``group``'s committed offsets of the selected source topics to their
+    target topics, and commits them for the same group on the target cluster."""
+
+    def __init__(self, settings: ReplicateSettings, group: str) -> None:
+        if group == settings.group:
+            raise ConfigurationError(
+                f"group {group} is the replicator's own group (--group): its offsets on the "
+                "target are the replicator's positions; name the consumers' group"
+            )
+        self._settings, self._group = settings, group
+        self._timeout = max(settings.source.request_timeout_s, settings.target.request_timeout_s)
+        self._source_admin = admin_client(settings.source)
+        self._target_admin = admin_client(settings.target)
+        # A rejected configuration ends the command (what was made before is collected).
+        self._source = _ClusterReader(settings.source, group, "source cluster")
+        self._target = _ClusterReader(settings.target, group, "target cluster")
+        self._positions = _ClusterReader(settings.target, settings.group, "target cluster")
+
+    def translate(self) -> list[TranslatedOffset]:
+        """One row per partition of the selected source topics, in topic and partition
+        order; those the group committed no offset for are rows too (skipped)."""
+        routes = self._routes()
+        committed = self._source.committed([(r.topic, r.partition) for r in routes])
+        if not committed:
+            raise ConfigurationError(
+                f"group {self._group} has no committed offset on the source cluster for "
+                f"{self._settings.selection.describe()}: nothing to translate (is the "
+                "group's name right?)"
+            )
+        if members := self._members(self._source_admin, "source cluster"):
+            log.warning(
+                "group %s has %d active member(s) on the source cluster: its offsets still "
+                "move; stop its consumers there before the failover",
+                self._group,
+                members,
+            )
+        wanted = {r.target_topic for r in routes}
+        targets = _partitions(self._target_admin, "target", wanted.__contains__, self._timeout)
+        copied = [
+            (r.target_topic, r.partition)
+            for r in routes
+            if r.partition < targets.get(r.target_topic, 0)
+        ]
+        on_target = set(copied)
+        # The positions first, the partitions' ends after (relay.replication.translation).
+        positions = self._positions.committed(copied)
+        current = self._target.committed(copied)
+        rows = []
+        for route in routes:
+            at = (route.target_topic, route.partition)
+            source_offset = committed.get((route.topic, route.partition))
+            if source_offset is None:
+                found = Translation(None, TranslationStatus.NO_OFFSET)
+            elif at not in on_target:  # no target partition yet
+                found = Translation(None, TranslationStatus.NOT_REPLICATED)
+            else:
+                found = self._translate(route, source_offset, positions.get(at, 0))
+            rows.append(found.row(route, source_offset, current.get(at)))
+        return rows
+
+    def _routes(self) -> list[Route]:
+        selection = self._settings.selection
+        topics = _partitions(self._source_admin, "source", selection.selects, self._timeout)
+        if not topics:
+            raise ConfigurationError(f"no source topic matches {selection.describe()}")
+        return [
+            Route(topic, p, selection.target_topic(topic))
+            for topic in sorted(topics)
+            for p in range(topics[topic])
+        ]
+
+    def _translate(self, route: Route, committed: int, position: int) -> Translation:
+        source_end = self._source.bounds(route.topic, route.partition)[1]
+        start, end = self._target.bounds(route.target_topic, route.partition)
+
+        def source_probe(m: int) -> int | None:
+            found = self._source.first(route.topic, route.partition, m, source_end)
+            return None if found is None else found.offset()
+
+        return translate_offset(
+            committed,
+            TargetPartition(position, start, end),
+            lambda m: self._copy(route, m, end),
+            source_end=source_end,
+            source_probe=source_probe,
+        )
+
+    def _copy(self, route: Route, offset: int, end: int) -> ProbedCopy | None:
+        """The first committed copy in the target partition at ``offset`` or later and
+        below ``end``, with the source offset it is a copy of."""
+        message = self._target.first(route.target_topic, route.partition, offset, end)
+        if message is None:
+            return None
+        at = message.offset() or 0
+        topic, partition, source = (
+            _header(message, name)
+            for name in (SOURCE_TOPIC_HEADER, SOURCE_PARTITION_HEADER, SOURCE_OFFSET_HEADER)
+        )
+        if (topic, partition) != (route.topic, str(route.partition)) or not source.isdigit():
+            raise OffsetTranslationError(
+                f"{route.target_topic}[{route.partition}] offset {at} is not a copy of "
+                f"{route}: its provenance headers name topic {topic}, partition {partition}, "
+                f"offset {source}; nothing was changed"
+            )
+        return ProbedCopy(at, int(source))
+
+    def apply(self, rows: Iterable[TranslatedOffset]) -> list[TranslatedOffset]:
+        """Commit the rows that change the group's offsets on the target (translated or
+        caught up), and return them; the others are left alone. Refused while the group
+        has active members on the target."""
+        todo = changes(rows)
+        if not todo:
+            return []
+        if members := self._members(self._target_admin, "target cluster"):
+            raise OffsetTranslationError(
+                f"group {self._group} has {members} active member(s) on the target cluster: "
+                "its offsets can only be set while none of its consumers runs there; stop "
+                "them and run it again (nothing was changed)"
+            )
+        offsets = [
+            TopicPartition(
+                row.target_topic,
+                row.partition,
+                -1 if row.target_offset is None else row.target_offset,
+                metadata=f"relay replicate: {row.topic}[{row.partition}]@{row.source_offset}",
+            )
+            for row in todo
+        ]
+        request = ConsumerGroupTopicPartitions(self._group, offsets)
+        try:
+            futures = self._target_admin.alter_consumer_group_offsets(
+                [request], request_timeout=self._timeout
+            )
+            result = futures[self._group].result()
+        except KafkaException as exc:
+            raise self._refused(lib_error(exc), kafka_reason(exc)) from None
+        for tp in result.topic_partitions or ():
+            if tp.error is not None:
+                raise self._refused(tp.error, f"{tp.topic}[{tp.partition}]: {tp.error.str()}")
+        log.info("group %s: %d offset(s) committed on the target cluster", self._group, len(todo))
+        return todo
+
+    def _refused(self, err: LibKafkaError | None, reason: str) -> Exception:
+        if err is not None and err.code() in _ACTIVE_CODES:
+            return OffsetTranslationError(
+                f"the target cluster refused group {self._group}'s offsets ({reason}): a "
+                "consumer of the group runs there; stop it and run it again"
+            )
+        return KafkaError(
+            f"committing group {self._group}'s offsets on the target cluster failed: {reason}",
+            code=None if err is None else err.name(),
+        )
+
+    def _members(self, admin: AdminClient, cluster: str) -> int:
+        """How many active members the group has on ``cluster``."""
+        try:
+            futures = admin.describe_consumer_groups([self._group], request_timeout=self._timeout)
+            description = futures[self._group].result()
+        except KafkaException as exc:
+            err = lib_error(exc)
+            if err is not None and err.code() == LibKafkaError.GROUP_ID_NOT_FOUND:
+                return 0
+            raise translate(exc, f"describing group {self._group} on the {cluster}") from None
+        return len(description.members or ())
+
+    def close(self) -> None:
+        for reader in (self._source, self._target, self._positions):
+            reader.close()
+
+
+def _partitions(
+    admin: AdminClient, cluster: str, wanted: Callable[[str], bool], timeout: float
+) -> dict[str, int]:
+    """The partition count of each topic of ``cluster`` that ``wanted`` selects."""
+    try:
+        metadata = admin.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise translate(exc, f"listing the {cluster} cluster's topics") from None
+    return {
+        topic: len(meta.partitions)
+        for topic, meta in metadata.topics.items()
+        if meta.error is None and wanted(topic)
+    }
