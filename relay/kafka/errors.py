@@ -45,6 +45,13 @@ TRANSIENT_CODES = frozenset(
 )
 
 
+# Errors that producing one record raises, or that its delivery reports, which retrying the
+# same bytes can never fix: the broker refuses the record.
+RECORD_REFUSED = frozenset(
+    {LibKafkaError.MSG_SIZE_TOO_LARGE, LibKafkaError.INVALID_RECORD, LibKafkaError.INVALID_MSG}
+)
+
+
 def lib_error(exc: BaseException) -> LibKafkaError | None:
     if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], LibKafkaError):
         return exc.args[0]

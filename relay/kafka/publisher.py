@@ -27,6 +27,7 @@ from relay.errors import (
 )
 from relay.kafka.admin import admin_client
 from relay.kafka.errors import (
+    RECORD_REFUSED,
     TRANSIENT_CODES,
     kafka_reason,
     lib_error,
@@ -45,14 +46,6 @@ log = logging.getLogger(__name__)
 _librdkafka_log = logging.getLogger(LIBRDKAFKA_LOGGER)
 
 _LIBRDKAFKA_BATCH_SIZE = 1_000_000  # librdkafka's default batch.size
-# Errors produce() raises for one record that retrying the same bytes can never fix.
-_RECORD_REFUSED = frozenset(
-    {
-        LibKafkaError.MSG_SIZE_TOO_LARGE,
-        LibKafkaError.INVALID_RECORD,
-        LibKafkaError.INVALID_MSG,
-    }
-)
 
 
 def record_headers(record: OutboxRecord) -> list[tuple[str, str | bytes | None]]:
@@ -256,7 +249,7 @@ class KafkaTransactionalPublisher:
 
     def _produce_error(self, exc: KafkaException, record: OutboxRecord) -> Exception:
         err = lib_error(exc)
-        if err is not None and err.code() in _RECORD_REFUSED:
+        if err is not None and err.code() in RECORD_REFUSED:
             return UndeliverableEventError(
                 f"relay partition {self._partition}: Kafka refuses outbox row "
                 f"{record.id}: {err.str()}",
@@ -288,7 +281,7 @@ class KafkaTransactionalPublisher:
         # A failed commit is retried (after an abort) as before; only an abort or a begin
         # that fails leaves the producer unsettled (AmbiguousCommitError, then reset()).
         error = translate(exc, doing, self._partition)
-        if self._delivery_error is not None and self._delivery_error.code() in _RECORD_REFUSED:
+        if self._delivery_error is not None and self._delivery_error.code() in RECORD_REFUSED:
             # The broker refused a record batch: a topic's limit was lowered since it was
             # read. Read the limits again, so the retry refuses exactly the records at fault.
             self._topics.forget_all()

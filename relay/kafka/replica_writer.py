@@ -18,6 +18,7 @@ from confluent_kafka import KafkaError as LibKafkaError
 
 from relay.errors import AmbiguousCommitError, ConfigurationError, KafkaError, RetriableError
 from relay.kafka.errors import (
+    RECORD_REFUSED,
     TRANSIENT_CODES,
     kafka_reason,
     lib_error,
@@ -31,11 +32,6 @@ from relay.settings.replicate import ReplicateSettings
 
 log = logging.getLogger(__name__)
 _librdkafka_log = logging.getLogger(LIBRDKAFKA_LOGGER)
-
-# A delivery error no retry of the same bytes can fix: the target refuses the record.
-_REFUSED = frozenset(
-    {LibKafkaError.MSG_SIZE_TOO_LARGE, LibKafkaError.INVALID_RECORD, LibKafkaError.INVALID_MSG}
-)
 
 
 def target_positions_consumer(settings: ReplicateSettings) -> Consumer:
@@ -165,7 +161,7 @@ class KafkaReplicaWriter:
 
     def _refused(self, exc: KafkaException, offset: int) -> Exception:
         err = lib_error(exc)
-        if err is not None and err.code() in _REFUSED:
+        if err is not None and err.code() in RECORD_REFUSED:
             return KafkaError(
                 f"{self._where}: the target refuses the record at source offset {offset}: "
                 f"{err.str()}; raise the target topic's max.message.bytes (and "
@@ -188,7 +184,7 @@ class KafkaReplicaWriter:
         )
 
     def _commit_error(self, exc: KafkaException, doing: str) -> Exception:
-        if self._delivery_error is not None and self._delivery_error.code() in _REFUSED:
+        if self._delivery_error is not None and self._delivery_error.code() in RECORD_REFUSED:
             err = self._delivery_error
             return KafkaError(
                 f"{self._where}: the target refused a record of the batch: {err.str()}; "

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
+
+from relay.runtime.stamps import read_stamp, stamp
 
 Headers = tuple[tuple[str, bytes], ...]
 
@@ -56,27 +57,14 @@ class PositionOwner:
 
     def stamp(self) -> str:
         """The offset metadata written with each position."""
-        return json.dumps(
-            {"db": self.database_id, "prefix": self.transactional_id_prefix},
-            separators=(",", ":"),
-        )
+        return stamp(db=self.database_id, prefix=self.transactional_id_prefix)
 
     @classmethod
     def from_stamp(cls, text: str | None) -> PositionOwner | None:
         """The owner in a position's metadata; None when there is none (a position
         committed before owners were recorded) or it is not ours to read."""
-        if not text:
-            return None
-        try:
-            found = json.loads(text)
-        except ValueError:
-            return None
-        if not isinstance(found, dict):
-            return None
-        database, prefix = found.get("db"), found.get("prefix")
-        if not isinstance(database, str) or not isinstance(prefix, str):
-            return None
-        return cls(database, prefix)
+        found = read_stamp(text, ("db", "prefix"))
+        return None if found is None else cls(*found)
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
+
+from relay.runtime.stamps import read_stamp, stamp
 
 Headers = tuple[tuple[str, bytes | None], ...]
 
@@ -54,22 +55,12 @@ class Origin:
     topic: str
 
     def stamp(self) -> str:
-        return json.dumps({"cluster": self.cluster, "topic": self.topic}, separators=(",", ":"))
+        return stamp(cluster=self.cluster, topic=self.topic)
 
     @classmethod
     def from_stamp(cls, text: str | None) -> Origin | None:
-        if not text:
-            return None
-        try:
-            found = json.loads(text)
-        except ValueError:
-            return None
-        if not isinstance(found, dict):
-            return None
-        cluster, topic = found.get("cluster"), found.get("topic")
-        if not isinstance(cluster, str) or not isinstance(topic, str):
-            return None
-        return cls(cluster, topic)
+        found = read_stamp(text, ("cluster", "topic"))
+        return None if found is None else cls(*found)
 
 
 @dataclass(frozen=True, slots=True)
