@@ -9,41 +9,28 @@ for any pending transactional offset commit instead of returning a stale one.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Sequence
 from functools import partial
 from operator import attrgetter
 
 from confluent_kafka import KafkaError as LibKafkaError
-from confluent_kafka import KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
 from relay.errors import (
-    AmbiguousCommitError,
-    ConfigurationError,
-    KafkaError,
-    RetriableError,
     TopicMissingError,
     UndeliverableEventError,
 )
 from relay.kafka.admin import admin_client
 from relay.kafka.errors import (
     RECORD_REFUSED,
-    TRANSIENT_CODES,
-    kafka_reason,
     lib_error,
     translate,
-    translate_transactional,
 )
 from relay.kafka.positions import committed_position, positions_consumer
 from relay.kafka.topics import TOPIC_MISSING, TopicGuard, headers_bound
-from relay.kafka.transactions import commit_with_offset
+from relay.kafka.transactions import TransactionalProducer
 from relay.publishing.types import CommittedPosition, OutboxRecord, PositionOwner
-from relay.runtime.logs import LIBRDKAFKA_LOGGER
 from relay.settings.relay import RelaySettings
-
-log = logging.getLogger(__name__)
-# librdkafka's own log lines go through logging (and its secret filter), not raw stderr.
-_librdkafka_log = logging.getLogger(LIBRDKAFKA_LOGGER)
 
 _LIBRDKAFKA_BATCH_SIZE = 1_000_000  # librdkafka's default batch.size
 
@@ -93,46 +80,41 @@ def batch_headers_bound(records: Sequence[OutboxRecord]) -> int:
     )
 
 
-class KafkaTransactionalPublisher:
+class KafkaTransactionalPublisher(TransactionalProducer):
     """Implements :class:`relay.publishing.ports.TransactionalPublisher` with librdkafka."""
 
     def __init__(self, settings: RelaySettings, partition: int, owner: PositionOwner) -> None:
         self._settings = settings
         self._partition = partition
         self._stamp = owner.stamp()
-        self._timeout = max(settings.kafka.request_timeout_s, 30.0)
-        self._delivery_error: LibKafkaError | None = None
-        self._fenced = False
         base = settings.kafka.client_config()
         self._batch_bytes = int(base.get("batch.size", _LIBRDKAFKA_BATCH_SIZE))
-        try:
-            self._producer = self._new_producer()
-            self._positions = positions_consumer(settings)
-        except KafkaException as exc:
-            raise ConfigurationError(f"Kafka configuration rejected: {kafka_reason(exc)}") from None
+        super().__init__(
+            self._producer_config,
+            partial(positions_consumer, settings),
+            where=f"relay partition {partition}",
+            timeout=max(settings.kafka.request_timeout_s, 30.0),
+        )
         self._position_tp = TopicPartition(settings.positions_topic, partition)
         self._topics = self._new_topic_guard()
 
-    def _new_producer(self) -> Producer:
+    def _producer_config(self) -> dict[str, str | int | float | bool]:
         settings = self._settings
-        return Producer(
-            {
-                # retry.backoff.ms: right after a commit, the next transaction's
-                # send_offsets_to_transaction is refused (CONCURRENT_TRANSACTIONS) until
-                # the broker has written the markers; librdkafka's default back-off
-                # (100 ms) then added ~100 ms to every batch.
-                **{"linger.ms": "20", "batch.num.messages": "10000", "retry.backoff.ms": "10"},
-                **settings.kafka.client_config(),
-                # Only a failed delivery calls on_delivery: a success needs nothing.
-                "delivery.report.only.error": True,
-                "transactional.id": settings.transactional_id(self._partition),
-                "enable.idempotence": True,
-                "acks": "all",
-                "partitioner": "murmur2_random",
-                "transaction.timeout.ms": settings.kafka.transaction_timeout_ms,
-            },
-            logger=_librdkafka_log,
-        )
+        return {
+            # retry.backoff.ms: right after a commit, the next transaction's
+            # send_offsets_to_transaction is refused (CONCURRENT_TRANSACTIONS) until the
+            # broker has written the markers; librdkafka's default back-off (100 ms) then
+            # added ~100 ms to every batch.
+            **{"linger.ms": "20", "batch.num.messages": "10000", "retry.backoff.ms": "10"},
+            **settings.kafka.client_config(),
+            # Only a failed delivery calls on_delivery: a success needs nothing.
+            "delivery.report.only.error": True,
+            "transactional.id": settings.transactional_id(self._partition),
+            "enable.idempotence": True,
+            "acks": "all",
+            "partitioner": "murmur2_random",
+            "transaction.timeout.ms": settings.kafka.transaction_timeout_ms,
+        }
 
     def _new_topic_guard(self) -> TopicGuard:
         # The AdminClient is created only when a topic's configuration is first read.
@@ -144,64 +126,11 @@ class KafkaTransactionalPublisher:
         )
 
     def reset(self) -> None:
-        """A new producer with the same transactional.id, after AmbiguousCommitError; the
-        old one is dropped without waiting (its transaction state is unknown)."""
-        old = self._producer
-        try:
-            old.purge()
-        except KafkaException as exc:
-            log.debug("relay partition %d: purging the old producer: %s", self._partition, exc)
-        try:
-            self._producer = self._new_producer()
-        except KafkaException as exc:
-            raise ConfigurationError(f"Kafka configuration rejected: {kafka_reason(exc)}") from None
-        del old  # librdkafka's destroy, once nothing refers to it any more
+        super().reset()
         self._topics = self._new_topic_guard()
-        self._fenced = False
-        self._delivery_error = None
-        log.warning(
-            "relay partition %d: transactional producer rebuilt; fencing and reading the "
-            "position again",
-            self._partition,
-        )
 
     def fence(self) -> CommittedPosition:
-        # A producer initialises its transactions once; a retried start-up (e.g. after a
-        # database error) still owns the partition and only reads the position again.
-        if not self._fenced:
-            try:
-                self._producer.init_transactions(self._timeout)
-            except KafkaException as exc:
-                raise translate(exc, "init_transactions", self._partition) from None
-            self._fenced = True
-        try:
-            committed = self._positions.committed([self._position_tp], timeout=self._timeout)
-        except KafkaException as exc:
-            raise translate(exc, "reading the committed position", self._partition) from None
-        tp = committed[0]
-        if tp.error is not None:
-            failed = RetriableError if tp.error.code() in TRANSIENT_CODES else KafkaError
-            raise failed(
-                f"relay partition {self._partition}: reading the committed position failed: "
-                f"{tp.error.str()}"
-            )
-        return committed_position(tp)
-
-    def begin(self) -> None:
-        self._delivery_error = None
-        try:
-            self._producer.begin_transaction()
-        except KafkaException as exc:
-            # _STATE/_CONFLICT: an earlier commit or abort never settled (AmbiguousCommitError)
-            raise translate_transactional(exc, "begin_transaction", self._partition) from None
-
-    def _on_delivery(self, err: LibKafkaError | None, _msg: Message) -> None:
-        # The broker refuses whole record batches, so a delivery error cannot name the
-        # one bad record: TopicGuard refuses those before producing.
-        # Keep the error object: calling into librdkafka from this callback while a fatal
-        # error is being raised can fail.
-        if err is not None and self._delivery_error is None:
-            self._delivery_error = err
+        return committed_position(self._read_committed(self._position_tp))
 
     def send(self, records: Sequence[OutboxRecord]) -> None:
         check = self._topics.check(
@@ -265,45 +194,14 @@ class KafkaTransactionalPublisher:
         return translate(exc, f"producing to {record.topic}", self._partition)
 
     def commit(self, position: int) -> None:
-        offset = TopicPartition(
-            self._settings.positions_topic, self._partition, position, metadata=self._stamp
-        )
-        commit_with_offset(
-            self._producer,
-            offset,
-            self._positions,
-            timeout=self._timeout,
-            commit_error=self._commit_error,
-            where=f"relay partition {self._partition}",
+        self._commit_offset(
+            TopicPartition(
+                self._settings.positions_topic, self._partition, position, metadata=self._stamp
+            )
         )
 
-    def _commit_error(self, exc: KafkaException, doing: str) -> Exception:
-        # A failed commit is retried (after an abort) as before; only an abort or a begin
-        # that fails leaves the producer unsettled (AmbiguousCommitError, then reset()).
-        error = translate(exc, doing, self._partition)
-        if self._delivery_error is not None and self._delivery_error.code() in RECORD_REFUSED:
-            # The broker refused a record batch: a topic's limit was lowered since it was
-            # read. Read the limits again, so the retry refuses exactly the records at fault.
-            self._topics.forget_all()
-        if isinstance(error, RetriableError) and self._delivery_error is not None:
-            first = self._delivery_error.str()
-            return type(error)(f"{error} (first delivery error: {first})")
-        return error
-
-    def abort(self) -> None:
-        try:
-            self._producer.abort_transaction(self._timeout)
-        except KafkaException as exc:
-            error = translate_transactional(exc, "abort_transaction", self._partition)
-            if isinstance(error, RetriableError) and not isinstance(error, AmbiguousCommitError):
-                # Not aborted, not known to be aborted: the producer must be rebuilt.
-                error = AmbiguousCommitError(f"{error}; the transaction's outcome is unknown")
-            raise error from None
-
-    def close(self) -> None:
-        """Release the clients; never raises (a fenced producer refuses to flush)."""
-        for release in (self._positions.close, lambda: self._producer.flush(0)):
-            try:
-                release()
-            except KafkaException as exc:
-                log.debug("relay partition %d: closing: %s", self._partition, exc)
+    def _refused_delivery(self, err: LibKafkaError) -> Exception | None:
+        # The broker refused a record batch: a topic's limit was lowered since it was read.
+        # Read the limits again, so that the retry refuses exactly the records at fault.
+        self._topics.forget_all()
+        return None

@@ -12,25 +12,27 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from functools import partial
 
-from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as LibKafkaError
 
-from relay.errors import AmbiguousCommitError, ConfigurationError, KafkaError, RetriableError
-from relay.kafka.errors import (
-    RECORD_REFUSED,
-    TRANSIENT_CODES,
-    kafka_reason,
-    lib_error,
-    translate,
-    translate_transactional,
+from relay.errors import KafkaError
+from relay.kafka.errors import RECORD_REFUSED, lib_error
+from relay.kafka.transactions import TransactionalProducer
+from relay.replication.types import (
+    SOURCE_CLUSTER_HEADER,
+    SOURCE_OFFSET_HEADER,
+    SOURCE_PARTITION_HEADER,
+    SOURCE_TOPIC_HEADER,
+    Origin,
+    ReplicaPosition,
+    Route,
+    SourceRecord,
 )
-from relay.kafka.transactions import commit_with_offset
-from relay.replication.types import Origin, ReplicaPosition, Route, SourceRecord
 from relay.runtime.logs import LIBRDKAFKA_LOGGER
 from relay.settings.replicate import ReplicateSettings
 
-log = logging.getLogger(__name__)
 _librdkafka_log = logging.getLogger(LIBRDKAFKA_LOGGER)
 
 
@@ -48,7 +50,7 @@ def target_positions_consumer(settings: ReplicateSettings) -> Consumer:
     )
 
 
-class KafkaReplicaWriter:
+class KafkaReplicaWriter(TransactionalProducer):
     """Implements :class:`relay.replication.ports.ReplicaWriter` with librdkafka."""
 
     def __init__(
@@ -60,27 +62,23 @@ class KafkaReplicaWriter:
     ) -> None:
         self._settings = settings
         self._route = route
-        self._where = f"{route} -> {route.target_topic}[{route.partition}]"
         self._stamp = origin.stamp()
         self._provenance = (
-            ("relay-source-cluster", origin.cluster.encode()),
-            ("relay-source-topic", route.topic.encode()),
-            ("relay-source-partition", b"%d" % route.partition),
+            (SOURCE_CLUSTER_HEADER, origin.cluster.encode()),
+            (SOURCE_TOPIC_HEADER, route.topic.encode()),
+            (SOURCE_PARTITION_HEADER, b"%d" % route.partition),
         )
         self._max_message_bytes = max_message_bytes
-        self._timeout = max(settings.target.request_timeout_s, 30.0)
-        self._delivery_error: LibKafkaError | None = None
-        self._fenced = False
         self._tp = TopicPartition(route.target_topic, route.partition)
-        try:
-            self._producer = self._new_producer()
-            self._positions = target_positions_consumer(settings)
-        except KafkaException as exc:
-            raise ConfigurationError(
-                f"target Kafka configuration rejected: {kafka_reason(exc)}"
-            ) from None
+        super().__init__(
+            self._producer_config,
+            partial(target_positions_consumer, settings),
+            where=f"{route} -> {route.target_topic}[{route.partition}]",
+            timeout=max(settings.target.request_timeout_s, 30.0),
+            cluster="target ",
+        )
 
-    def _new_producer(self) -> Producer:
+    def _producer_config(self) -> dict[str, str | int | float | bool]:
         settings = self._settings
         config: dict[str, str | int | float | bool] = {
             "linger.ms": "20",
@@ -100,38 +98,13 @@ class KafkaReplicaWriter:
             config["message.max.bytes"] = max(
                 int(config.get("message.max.bytes", 1_000_000)), self._max_message_bytes
             )
-        return Producer(config, logger=_librdkafka_log)
+        return config
 
     def fence(self) -> ReplicaPosition:
-        if not self._fenced:
-            try:
-                self._producer.init_transactions(self._timeout)
-            except KafkaException as exc:
-                raise translate(exc, f"{self._where}: init_transactions") from None
-            self._fenced = True
-        try:
-            found = self._positions.committed([self._tp], timeout=self._timeout)[0]
-        except KafkaException as exc:
-            raise translate(exc, f"{self._where}: reading the committed position") from None
-        if found.error is not None:
-            failed = RetriableError if found.error.code() in TRANSIENT_CODES else KafkaError
-            raise failed(
-                f"{self._where}: reading the committed position failed: {found.error.str()}"
-            )
+        found = self._read_committed(self._tp)
         if found.offset < 0:
             return ReplicaPosition(0)
         return ReplicaPosition(found.offset, Origin.from_stamp(found.metadata))
-
-    def begin(self) -> None:
-        self._delivery_error = None
-        try:
-            self._producer.begin_transaction()
-        except KafkaException as exc:
-            raise translate_transactional(exc, f"{self._where}: begin_transaction") from None
-
-    def _on_delivery(self, err: LibKafkaError | None, _msg: Message) -> None:
-        if err is not None and self._delivery_error is None:
-            self._delivery_error = err
 
     def send(self, records: Sequence[SourceRecord]) -> None:
         produce, on_delivery = self._producer.produce, self._on_delivery
@@ -140,7 +113,7 @@ class KafkaReplicaWriter:
             headers: list[tuple[str, str | bytes | None]] = [
                 *record.headers,
                 *provenance,
-                ("relay-source-offset", b"%d" % record.offset),
+                (SOURCE_OFFSET_HEADER, b"%d" % record.offset),
             ]
             while True:
                 try:
@@ -168,63 +141,16 @@ class KafkaReplicaWriter:
                 "message.max.bytes with --target-property), then start again",
                 code=err.name(),
             )
-        return translate(exc, f"{self._where}: producing")
+        return self._translate(exc, "producing")
 
     def commit(self, next_offset: int) -> None:
-        offset = TopicPartition(
-            self._tp.topic, self._tp.partition, next_offset, metadata=self._stamp
-        )
-        commit_with_offset(
-            self._producer,
-            offset,
-            self._positions,
-            timeout=self._timeout,
-            commit_error=self._commit_error,
-            where=self._where,
+        self._commit_offset(
+            TopicPartition(self._tp.topic, self._tp.partition, next_offset, metadata=self._stamp)
         )
 
-    def _commit_error(self, exc: KafkaException, doing: str) -> Exception:
-        if self._delivery_error is not None and self._delivery_error.code() in RECORD_REFUSED:
-            err = self._delivery_error
-            return KafkaError(
-                f"{self._where}: the target refused a record of the batch: {err.str()}; "
-                "raise the target topic's max.message.bytes, then start again",
-                code=err.name(),
-            )
-        error = translate(exc, f"{self._where}: {doing}")
-        if isinstance(error, RetriableError) and self._delivery_error is not None:
-            return type(error)(f"{error} (first delivery error: {self._delivery_error.str()})")
-        return error
-
-    def abort(self) -> None:
-        try:
-            self._producer.abort_transaction(self._timeout)
-        except KafkaException as exc:
-            error = translate_transactional(exc, f"{self._where}: abort_transaction")
-            if isinstance(error, RetriableError) and not isinstance(error, AmbiguousCommitError):
-                error = AmbiguousCommitError(f"{error}; the transaction's outcome is unknown")
-            raise error from None
-
-    def reset(self) -> None:
-        old = self._producer
-        try:
-            old.purge()
-        except KafkaException as exc:
-            log.debug("%s: purging the old producer: %s", self._where, exc)
-        try:
-            self._producer = self._new_producer()
-        except KafkaException as exc:
-            raise ConfigurationError(
-                f"target Kafka configuration rejected: {kafka_reason(exc)}"
-            ) from None
-        del old
-        self._fenced = False
-        self._delivery_error = None
-        log.warning("%s: producer rebuilt; fencing and reading the position again", self._where)
-
-    def close(self) -> None:
-        for release in (self._positions.close, lambda: self._producer.flush(0)):
-            try:
-                release()
-            except KafkaException as exc:
-                log.debug("%s: closing: %s", self._where, exc)
+    def _refused_delivery(self, err: LibKafkaError) -> Exception | None:
+        return KafkaError(
+            f"{self._where}: the target refused a record of the batch: {err.str()}; raise "
+            "the target topic's max.message.bytes, then start again",
+            code=err.name(),
+        )
