@@ -3,10 +3,11 @@
 Starts a durable PostgreSQL cluster of its own (fsync on, wal_level=logical) next to the
 development servers of ``relay dev up`` (or RELAY_DATABASE_URL / RELAY_ADMIN_DATABASE_URL
 and RELAY_KAFKA_BOOTSTRAP_SERVERS), runs the comparisons one after another (the write
-path, the drain, the mirror, the latency, Debezium's drain, MirrorMaker 2's Kafka->Kafka
-replication on two private brokers, which needs no PostgreSQL), prints a table
-(measurement, ours, peer, ours/peer) and writes bench/results/latest.json. ``--quick``
-runs a smaller version of everything (CI's smoke test); ``--only`` picks comparisons.
+path, the drain, the mirror, the latency, Debezium's drain, and `relay replicate` against
+MirrorMaker 2's Kafka->Kafka replication on two private brokers, which needs no
+PostgreSQL), prints a table (measurement, ours, peer, ours/peer) and writes
+bench/results/latest.json. ``--quick`` runs a smaller version of everything (CI's smoke
+test); ``--only`` picks comparisons.
 """
 
 from __future__ import annotations

@@ -15,9 +15,10 @@ UNSUPPORTED. Every run checks that it was on: the transactional ids on the targe
 (TransactionsCommand), the task producer's transactional.id in MirrorMaker's log, and
 transaction markers in the replicated topic.
 
-``python -m bench --only mirrormaker`` measures it alone (bench.replication: records/s,
-lost / duplicated / aborted records seen, once clean and once under the kill schedule);
-:func:`compare` is where `relay replicate` is set beside it.
+``python -m bench --only mirrormaker`` measures it, then `relay replicate`
+(bench/relay_replicate.py) on the same brokers (bench.replication: records/s, lost /
+duplicated / aborted records seen, once clean and once under the kill schedule);
+:func:`compare` sets any other replicator beside it.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from confluent_kafka.admin import AdminClient
 from relay.chaos.servers import free_ports
 
 from .common import ROOT, WORKDIR, Outcome, Row, log, maven_libs, run_id
-from .replication import Flow, ReplicatorFactory, measure, two_brokers
+from .relay_replicate import RelayReplicate
+from .replication import Flow, Replicator, ReplicatorFactory, measure, two_brokers
 
 LIBS = WORKDIR / "mirrormaker-libs"
 POM = ROOT / "infra" / "mirrormaker" / "pom.xml"
@@ -102,6 +104,26 @@ def _doubled(value: str) -> str:
     return value.replace("\\", "\\\\")
 
 
+def target_transactional_ids(target: str, workdir: Path, libs: Path | None = None) -> list[str]:
+    """The transactional ids the ``target`` cluster knows (kafka-tools TransactionsCommand
+    list, from MirrorMaker 2's jars); ``workdir`` takes its log4j configuration."""
+    libs = libs or resolve_libs()
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "tools-log4j.properties").write_text(TOOLS_LOG4J)
+    listed = subprocess.run(
+        [
+            *("java", f"-Dlog4j.configuration=file:{workdir / 'tools-log4j.properties'}"),
+            *("-cp", f"{libs}/*", "org.apache.kafka.tools.TransactionsCommand"),
+            *("--bootstrap-server", target, "list"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout.splitlines()
+    return sorted(line.split()[0] for line in listed[1:] if line.strip())
+
+
 class MirrorMaker2:
     """A one-node dedicated MirrorMaker 2 cluster (a child process), for one Flow."""
 
@@ -163,19 +185,7 @@ class MirrorMaker2:
 
     def transactional_ids(self) -> list[str]:
         """Transactional ids on the target (kafka-tools TransactionsCommand list)."""
-        (self.dir / "tools-log4j.properties").write_text(TOOLS_LOG4J)
-        listed = subprocess.run(
-            [
-                *("java", self._log4j("tools-log4j.properties"), "-cp", f"{self.libs}/*"),
-                "org.apache.kafka.tools.TransactionsCommand",
-                *("--bootstrap-server", self.flow.target, "list"),
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=120,
-        ).stdout.splitlines()
-        return sorted(line.split()[0] for line in listed[1:] if line.strip())
+        return target_transactional_ids(self.flow.target, self.dir, self.libs)
 
     def logged_transactional_ids(self) -> list[str]:
         """The ``transactional.id`` of every producer MirrorMaker 2 logged creating."""
@@ -235,10 +245,50 @@ def _peer_run(
     }
 
 
+def _ours_run(
+    ours: ReplicatorFactory, flow: Flow, records: int, kills: Sequence[float], timeout: float
+) -> dict[str, object]:
+    """One measurement of ``ours``; for `relay replicate`, with the evidence that it
+    replicated transactionally and stopped cleanly, as for MirrorMaker 2."""
+    made: list[Replicator] = []
+
+    def factory(flow: Flow) -> Replicator:
+        made.append(ours(flow))
+        return made[-1]
+
+    figures = measure(factory, flow, records, kills, timeout)
+    replicator = made[0]
+    if not isinstance(replicator, RelayReplicate):
+        return figures
+    on_target = target_transactional_ids(flow.target, replicator.dir)
+    expected = replicator.transactional_ids()
+    markers = figures["log_entries_not_committed_records"]
+    assert isinstance(markers, int)
+    missing = sorted(set(expected) - set(on_target))
+    if missing or markers <= 0 or replicator.exit_codes[-1:] != [0]:
+        raise RuntimeError(
+            f"relay replicate did not replicate transactionally or stop cleanly: ids "
+            f"missing on the target {missing}, {markers} markers, exit codes "
+            f"{replicator.exit_codes}; see {replicator.dir}"
+        )
+    shutil.rmtree(replicator.dir, ignore_errors=True)  # kept only when something failed
+    return {
+        **figures,
+        "exactly_once_evidence": {
+            "transactional_ids_on_target": [i for i in on_target if i in expected],
+            "markers_and_aborted_entries_in_target_topic": markers,
+        },
+        "starts": replicator.starts,
+        "ready_s": replicator.ready_s,
+        "exit_codes": replicator.exit_codes,
+        "command": ["relay", *replicator.arguments("<source>", "<target>", "<port>")],
+    }
+
+
 def compare(ours: ReplicatorFactory | None, quick: bool) -> Outcome:
-    """MirrorMaker 2, and ``ours`` (`relay replicate`'s factory, once it exists) after it
-    on the same two brokers, with the same backlog size and kill schedule: records/s in
-    a clean run, then lost / duplicated / aborted records seen in a run killed at KILLS."""
+    """MirrorMaker 2, and ``ours`` (`relay replicate`'s factory) after it on the same two
+    brokers, with the same backlog size and kill schedule: records/s in a clean run, then
+    lost / duplicated / aborted records seen in a run killed at KILLS."""
     records = QUICK_RECORDS if quick else FULL_RECORDS
     timeout = 300.0 if quick else 1200.0
     libs = resolve_libs()
@@ -249,8 +299,8 @@ def compare(ours: ReplicatorFactory | None, quick: bool) -> Outcome:
         runs["mirrormaker2"] = _peer_run(clusters, records, (), timeout)
         runs["mirrormaker2_killed"] = _peer_run(clusters, records, KILLS, timeout)
         if ours is not None:
-            runs["ours"] = measure(ours, clusters, records, (), timeout)
-            runs["ours_killed"] = measure(ours, clusters, records, KILLS, timeout)
+            runs["ours"] = _ours_run(ours, clusters, records, (), timeout)
+            runs["ours_killed"] = _ours_run(ours, clusters, records, KILLS, timeout)
     shutil.rmtree(workdir, ignore_errors=True)
 
     def figure(run: str, key: str) -> float:
@@ -273,14 +323,38 @@ def compare(ours: ReplicatorFactory | None, quick: bool) -> Outcome:
             False,
             "records/s",
         ),
+        row(
+            "  ... records/s from start() returning to the last record, clean",
+            "records_per_s_from_start",
+            False,
+            "records/s",
+        ),
+        row("  ... start-up, clean run (ours: /readyz, MM2: topic made)", "start_s", False, "s"),
+        row("  ... first record after start-up, clean", "first_record_after_start_s", False, "s"),
         row(f"  ... records/s with {kills}", "records_per_s", True, "records/s"),
+        row("  ... longest pause between new records, killed", "longest_pause_s", True, "s"),
         row("  ... duplicated after the kills", "duplicated", True, "records"),
         row("  ... lost after the kills", "lost", True, "records"),
         row("  ... aborted records seen after the kills", "aborted_seen", True, "records"),
     ]
     outcome.headline["mirrormaker2_records_per_s"] = figure("mirrormaker2", "records_per_s")
     if ours is not None:
+        outcome.headline["replicate_records_per_s"] = figure("ours", "records_per_s")
         outcome.headline["replicate_vs_mirrormaker2"] = round(outcome.rows[0].ratio, 3)
+        outcome.headline["replicate_vs_mirrormaker2_from_start"] = round(outcome.rows[1].ratio, 3)
+        outcome.headline["replicate_vs_mirrormaker2_killed"] = {
+            who: {
+                key: figure(f"{run}_killed", key)
+                for key in (
+                    "records_per_s",
+                    "longest_pause_s",
+                    "duplicated",
+                    "lost",
+                    "aborted_seen",
+                )
+            }
+            for who, run in (("relay_replicate", "ours"), ("mirrormaker2", "mirrormaker2"))
+        }
     outcome.raw["replicate"] = {
         "versions": sorted(p.name for p in libs.glob("connect-*.jar")),
         "mm2_properties": {
@@ -294,5 +368,5 @@ def compare(ours: ReplicatorFactory | None, quick: bool) -> Outcome:
 
 
 def run(quick: bool) -> Outcome:
-    """The bench section: MirrorMaker 2 alone until `relay replicate` exists."""
-    return compare(None, quick)
+    """The bench section: MirrorMaker 2, then `relay replicate`, on the same brokers."""
+    return compare(RelayReplicate, quick)
