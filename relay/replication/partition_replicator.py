@@ -148,6 +148,8 @@ class PartitionReplicator:
 
     def _take(self, up_to: int | None, wait_s: float) -> list[SourceRecord]:
         if not self._read:
+            if up_to is not None and self._reader.position() >= up_to:
+                return []  # read up to the end: no need to wait for more
             self._read = list(self._reader.read(self._limits.rows, wait_s))
         records = list(self._limits.take(self._read))
         if up_to is not None and records and records[-1].offset >= up_to:
