@@ -5,7 +5,7 @@
 #   docker build --target relay-spark -t outbox-relay-spark .    # the Spark jobs
 #
 # The default target, `relay`, has neither Java nor Spark. `relay-spark` adds Java 17 and
-# the [spark] extra, and the two Spark entry points (jobs/*.py), run with spark-submit.
+# the [spark] extra, and the three Spark entry points (jobs/*.py), run with spark-submit.
 # Neither holds the source tree: each installs the wheel that the first stage builds.
 # tests/unit/test_deployment_files.py checks these rules.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
@@ -27,15 +27,16 @@ RUN useradd --system --uid 10001 --create-home --home-dir /home/relay relay
 WORKDIR /home/relay
 
 # The Spark jobs: `docker run outbox-relay-spark` runs the outbox job in local mode;
-# `... /opt/outbox-relay/jobs/mirror.py --mapping FILE` the mirror job. Arguments after
-# the script are the job's (its --master included: docs/deployment.md).
+# `... /opt/outbox-relay/jobs/mirror.py --mapping FILE` the mirror job, `.../replicate.py`
+# the replicator. Arguments after the script are the job's (its --master included:
+# docs/deployment.md).
 FROM runtime AS relay-spark
 RUN apt-get update \
  && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
  && rm -rf /var/lib/apt/lists/*
 RUN --mount=type=bind,from=wheel,source=/dist,target=/dist \
     pip install --no-cache-dir "$(echo /dist/outbox_relay-*.whl)[spark]"
-COPY jobs/outbox_relay.py jobs/mirror.py /opt/outbox-relay/jobs/
+COPY jobs/outbox_relay.py jobs/mirror.py jobs/replicate.py /opt/outbox-relay/jobs/
 USER relay
 # A Spark job serves no endpoint.
 HEALTHCHECK NONE

@@ -1,10 +1,11 @@
 """The Spark jobs, and what they share: running tasks on a Spark session, a driver's
 start-up and its exit codes.
 
-:mod:`relay.spark.outbox_relay` and :mod:`relay.spark.mirror` are the jobs. They sit in the
-adapter layer, below the command API, so the steps they run (planning, one task's work)
-are handed to them by their entry points, ``jobs/outbox_relay.py`` and ``jobs/mirror.py``
-(the files ``spark-submit`` runs), which import :mod:`relay.commands`.
+:mod:`relay.spark.outbox_relay`, :mod:`relay.spark.mirror` and :mod:`relay.spark.replicate`
+are the jobs. They sit in the adapter layer, below the command API, so the steps they run
+(planning, one task's work) are handed to them by their entry points,
+``jobs/outbox_relay.py``, ``jobs/mirror.py`` and ``jobs/replicate.py`` (the files
+``spark-submit`` runs), which import :mod:`relay.commands`.
 
 PySpark is imported only here and only when a job runs, so the rest of the package works
 without it.

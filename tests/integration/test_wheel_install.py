@@ -108,7 +108,7 @@ def test_the_installed_wheel_migrates_publishes_and_mirrors(
         [
             str(bin_dir / "python"),
             "-c",
-            "import relay, relay.spark.mirror, relay.spark.outbox_relay\n"
+            "import relay, relay.spark.mirror, relay.spark.outbox_relay, relay.spark.replicate\n"
             "from relay.postgres.migrations import script_location\n"
             "print(relay.__file__); print(script_location())",
         ],

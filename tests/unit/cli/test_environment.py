@@ -16,6 +16,7 @@ from relay.settings.env_flags import NO_VARIABLE, apply_environment, every_parse
 from relay.spark import job_parser
 from relay.spark import mirror as mirror_job
 from relay.spark import outbox_relay as relay_job
+from relay.spark import replicate as replicate_job
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -27,6 +28,7 @@ def _parsers() -> Iterator[argparse.ArgumentParser]:
     yield from every_parser(build_parser())
     yield job_parser("outbox_relay", None, relay_job.add_flags)
     yield job_parser("mirror", None, mirror_job.add_flags)
+    yield job_parser("replicate", None, replicate_job.add_flags)
 
 
 def _flags() -> Iterator[tuple[str, argparse.Action]]:
