@@ -105,3 +105,30 @@ def translate_transactional(
             "is unknown"
         )
     return error
+
+
+# Refusals that rebuilding the producer cannot get past: a missing permission.
+_AUTHORIZATION_CODES = frozenset(
+    {
+        LibKafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        LibKafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        LibKafkaError.TOPIC_AUTHORIZATION_FAILED,
+        LibKafkaError.GROUP_AUTHORIZATION_FAILED,
+    }
+)
+
+
+def abort_failure(exc: BaseException, doing: str) -> Exception:
+    """The error for an ``abort_transaction`` that failed after a failed transaction.
+    Unless the producer was fenced or lacks a permission, the transaction is neither
+    committed nor known to be aborted, and the producer may be unusable (e.g. a fatal
+    ``INVALID_TXN_STATE`` after ``send_offsets_to_transaction`` timed out while a broker
+    restarted): an :class:`AmbiguousCommitError`, so that the caller rebuilds the producer
+    and fences again, which settles the transaction on the broker."""
+    error = translate_transactional(exc, doing)
+    err = lib_error(exc)
+    if isinstance(error, ProducerFencedError | AmbiguousCommitError):
+        return error
+    if err is not None and err.code() in _AUTHORIZATION_CODES:
+        return error
+    return AmbiguousCommitError(f"{error}; the transaction's outcome is unknown")

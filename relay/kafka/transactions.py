@@ -14,6 +14,7 @@ from relay.errors import AmbiguousCommitError, ConfigurationError, KafkaError, R
 from relay.kafka.errors import (
     RECORD_REFUSED,
     TRANSIENT_CODES,
+    abort_failure,
     kafka_reason,
     lib_error,
     translate,
@@ -182,11 +183,8 @@ class TransactionalProducer:
         try:
             self._producer.abort_transaction(self._timeout)
         except KafkaException as exc:
-            error = translate_transactional(exc, f"{self._where}: abort_transaction")
-            if isinstance(error, RetriableError) and not isinstance(error, AmbiguousCommitError):
-                # Not aborted, not known to be aborted: the producer must be rebuilt.
-                error = AmbiguousCommitError(f"{error}; the transaction's outcome is unknown")
-            raise error from None
+            # Not aborted, not known to be aborted: the producer must be rebuilt.
+            raise abort_failure(exc, f"{self._where}: abort_transaction") from None
 
     def reset(self) -> None:
         """A new producer with the same transactional.id, after a failed transaction; the

@@ -7,7 +7,7 @@ from confluent_kafka import KafkaError as LibKafkaError
 from confluent_kafka import KafkaException
 
 from relay.errors import AmbiguousCommitError, KafkaError, ProducerFencedError, RetriableError
-from relay.kafka.errors import translate, translate_transactional
+from relay.kafka.errors import abort_failure, translate, translate_transactional
 
 
 def failure(code: int, text: str = "it failed", *, fatal: bool = False) -> KafkaException:
@@ -49,3 +49,25 @@ def test_a_transactional_call_that_times_out_is_ambiguous() -> None:
 def test_an_unknown_topic_is_not_transient() -> None:
     error = translate(failure(LibKafkaError.TOPIC_AUTHORIZATION_FAILED), "producing", 0)
     assert type(error) is KafkaError
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        LibKafkaError.INVALID_TXN_STATE,  # after send_offsets timed out across a restart
+        LibKafkaError._TIMED_OUT,
+        LibKafkaError._TRANSPORT,
+        LibKafkaError.UNKNOWN,
+    ],
+)
+@pytest.mark.parametrize("fatal", [True, False])
+def test_an_abort_that_fails_leaves_the_transaction_in_doubt(code: int, fatal: bool) -> None:
+    error = abort_failure(failure(code, fatal=fatal), "relay partition 1: abort_transaction")
+    assert isinstance(error, AmbiguousCommitError)  # rebuild the producer and fence again
+
+
+def test_an_abort_refused_for_a_fence_or_a_permission_stops() -> None:
+    fenced = abort_failure(failure(LibKafkaError._FENCED, fatal=True), "abort_transaction")
+    assert isinstance(fenced, ProducerFencedError)
+    denied = failure(LibKafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, fatal=True)
+    assert type(abort_failure(denied, "abort_transaction")) is KafkaError
