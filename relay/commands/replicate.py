@@ -32,8 +32,6 @@ from relay.settings.replicate import ReplicateSettings
 
 log = logging.getLogger(__name__)
 
-_START_RETRY_S = 2.0
-
 
 @dataclass(frozen=True, slots=True)
 class ReplicaTask:
@@ -61,6 +59,8 @@ class ReplicationPlan:
 def plan_replication(settings: ReplicateSettings, *, strict: bool = True) -> ReplicationPlan:
     """The selected source topics, with their target topics created or grown to fit."""
     planner = TopicPlanner(settings)
+    if strict:  # at start-up
+        planner.check_clusters()
     alias = settings.source_alias or planner.cluster_ids()[0]
     return ReplicationPlan(alias, tuple(planner.plan(strict=strict)))
 
@@ -180,7 +180,9 @@ class ReplicateService:
     def _drain(self, replicator: PartitionReplicator, task: ReplicaTask) -> ReplicaResult:
         end, route = task.end_offset or 0, task.route
         try:
-            start = replicator.start()
+            start = replicator.start_retrying(self.stop_event)
+            if start is None:  # stopped
+                return _result(route, 0, 0, 0)
             self.metrics.to_copy(route.topic, route.partition, max(0, end - start))
             return replicator.drain(end, self._settings.max_wait_s * 10, self.stop_event)
         finally:
@@ -246,15 +248,9 @@ class ReplicateService:
         replicator = self._build(task, retry)
         stop = self.stop_event
         try:
-            while True:  # a service outlives a restarting broker on either side
-                try:
-                    replicator.start()
-                    break
-                except RetriableError as exc:
-                    log.warning("%s: start-up failed (%s)", task.route, exc)
-                    self.metrics.retrying(task.route.topic, task.route.partition)
-                    if self._clock.wait(_START_RETRY_S, stop):
-                        return _result(task.route, 0, 0, 0)
+            # A service outlives a restarting broker on either side (retry without end).
+            if replicator.start_retrying(stop) is None:
+                return _result(task.route, 0, 0, 0)
             records = batches = 0
             while not stop.is_set():
                 batch = replicator.copy_batch(None, self._settings.max_wait_s, stop)

@@ -115,6 +115,25 @@ class PartitionReplicator:
         self._observer.running(self.route.topic, self.route.partition, self._next)
         return self._next
 
+    def start_retrying(self, stop: threading.Event | None = None) -> int | None:
+        """:meth:`start`, tried again after transient errors (a broker restarting on either
+        side) as the retry policy allows; None when ``stop`` is set meanwhile."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return self.start()
+            except RetriableError as exc:
+                if self._retry.gives_up_after(attempt):
+                    raise GaveUpError(
+                        f"{self.route}: start-up failed {attempt} times, last error: {exc}"
+                    ) from exc
+                delay = self._retry.delay(attempt)
+                log.warning("%s: start-up failed (%s); retrying in %.1f s", self.route, exc, delay)
+                self._observer.retrying(self.route.topic, self.route.partition)
+                if self._clock.wait(delay, stop):
+                    return None
+
     def _restart(self) -> None:
         """After a failed transaction: a new producer, fenced again (which settles a
         transaction in doubt), the position read again and the source read from there."""
@@ -246,8 +265,10 @@ class PartitionReplicator:
     ) -> ReplicaResult:
         """Copy every committed record below ``end_offset`` (the source's last stable
         offset when the run began), then return."""
-        if self._next is None:
-            self.start()
+        if self._next is None and self.start_retrying(stop) is None:
+            return ReplicaResult(
+                self.route.topic, self.route.partition, self.route.target_topic, 0, 0, 0
+            )
         records = batches = 0
         while self.next_offset < end_offset and not (stop is not None and stop.is_set()):
             batch = self.copy_batch(end_offset, wait_s, stop)

@@ -71,6 +71,7 @@ class MemoryTarget:
     position: ReplicaPosition = field(default_factory=lambda: ReplicaPosition(0))
     epoch: int = 0
     fail_next_commits: int = 0
+    fail_next_fences: int = 0  # the broker does not answer the position's read
     # One entry per coming commit: it times out after the broker committed it (True) or not.
     ambiguous_next_commits: list[bool] = field(default_factory=list)
     # With a clock: a transaction open transaction_timeout_s or longer is aborted by the
@@ -96,6 +97,9 @@ class MemoryWriter:
     began: float = 0.0
 
     def fence(self) -> ReplicaPosition:
+        if self.target.fail_next_fences:
+            self.target.fail_next_fences -= 1
+            raise RetriableError("reading the committed position failed: Local: Timed out")
         if self.epoch is None:
             self.target.epoch += 1
             self.epoch = self.target.epoch

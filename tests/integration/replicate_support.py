@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -106,6 +107,8 @@ def write_transactions(
         {"bootstrap.servers": bootstrap, "transactional.id": f"it-fill-{uuid.uuid4().hex}"}
     )
     producer.init_transactions(30)
+    # Recent timestamps: the brokers' retention (7 days) would delete older records.
+    stamped_from = int(time.time() * 1000) - 60_000
     n = first
     for t in range(transactions):
         producer.begin_transaction()
@@ -116,7 +119,7 @@ def write_transactions(
                 value=b"v%d" % n,
                 key=b"k%d" % (n % 23),
                 headers=[("trace", b"t%d" % n)],
-                timestamp=1_700_000_000_000 + n,
+                timestamp=stamped_from + n,
                 **extra,
             )
             n += 1

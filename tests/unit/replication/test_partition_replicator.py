@@ -156,3 +156,14 @@ def test_an_idle_partition_keeps_its_position_alive() -> None:
     clock.now += 61.0
     assert replicator.keep_alive_if_due(60.0)
     assert (target.position, target.commits) == (position, commits + 1)
+
+
+def test_a_start_up_that_fails_for_a_moment_is_tried_again() -> None:
+    source = MemorySource(source_log(b"a", b"b"))
+    target = MemoryTarget(fail_next_fences=2)
+    result = make(source, target, retry=RetryPolicy(max_attempts=3)).drain(2)
+    assert values(target) == [b"a", b"b"]
+    assert result.next_offset == 2
+    target = MemoryTarget(fail_next_fences=3)
+    with pytest.raises(GaveUpError, match="start-up failed 3 times"):
+        make(source, target, retry=RetryPolicy(max_attempts=3)).drain(2)
