@@ -14,6 +14,9 @@ table. Every count is a number of Kafka records (or of mirrored rows):
   never-committed transaction became visible), or that cannot be decoded at all;
 * ``corrupted``: records of a ledger event whose key, version or balance differ from it;
 * ``mirror_mismatch``: keys whose mirrored row is missing, extra or different.
+
+When the run replicates the topic to a second cluster, the replica's counts
+(:mod:`relay.chaos.replica_checker`) join these as ``replica_<kind>``.
 """
 
 from __future__ import annotations
@@ -21,8 +24,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from relay.chaos.replica_checker import ReplicaCheck
 
 EXAMPLES = 5
+Headers = tuple[tuple[str, bytes | None], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +51,8 @@ class TopicRecord:
     offset: int
     key: bytes | None
     value: bytes | None
+    headers: Headers = ()
+    timestamp: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +73,7 @@ class CheckResult:
     corrupted: int = 0
     mirror_mismatch: int | None = None  # None: the mirror was not checked
     mirror_rows: int = 0
+    replica: ReplicaCheck | None = None  # None: no replica was checked
     examples: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
@@ -76,6 +87,8 @@ class CheckResult:
         }
         if self.mirror_mismatch is not None:
             counts["mirror_mismatch"] = self.mirror_mismatch
+        if self.replica is not None:
+            counts.update(self.replica.anomalies)
         return counts
 
     @property
@@ -83,9 +96,11 @@ class CheckResult:
         return not any(self.anomalies.values())
 
     def summary_line(self) -> str:
-        counts = " ".join(f"{name}={value}" for name, value in self.anomalies.items())
-        if self.mirror_mismatch is None:
-            counts += " mirror_mismatch=skipped"
+        shown: dict[str, object] = {**self.anomalies}
+        if self.mirror_mismatch is None:  # after the topic's counts, before the replica's
+            events = {k: shown.pop(k) for k in list(shown) if not k.startswith("replica_")}
+            shown = {**events, "mirror_mismatch": "skipped", **shown}
+        counts = " ".join(f"{name}={value}" for name, value in shown.items())
         verdict = "OK" if self.ok else "FAILED"
         return f"checked {self.events} events (ledger {self.ledger}): {counts} {verdict}"
 
@@ -94,6 +109,9 @@ class CheckResult:
         if examples:
             merged["mirror_mismatch"] = examples
         return replace(self, mirror_mismatch=mismatch, mirror_rows=rows, examples=merged)
+
+    def with_replica(self, replica: ReplicaCheck) -> CheckResult:
+        return replace(self, replica=replica, examples={**self.examples, **replica.examples})
 
 
 @dataclass(frozen=True, slots=True)

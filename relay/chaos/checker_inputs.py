@@ -1,5 +1,6 @@
-"""The checker's inputs: the topic as a read_committed consumer sees it, and the
-workload's own tables. Nothing here reads the relay's or the mirror's bookkeeping."""
+"""The checker's inputs: the topic as a read_committed consumer sees it, its replica on
+the target cluster read the same way, and the workload's own tables. Nothing here reads
+the relay's, the mirror's or the replicator's bookkeeping, nor uses their adapters."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
+    TIMESTAMP_NOT_AVAILABLE,
     Consumer,
     IsolationLevel,
     KafkaException,
@@ -23,11 +25,13 @@ from sqlalchemy import Engine, text
 from relay.chaos.checker import (
     AccountRow,
     CheckResult,
+    Headers,
     LedgerEntry,
     TopicRecord,
     compare_events,
     compare_mirror,
 )
+from relay.chaos.replica_checker import compare_replica
 from relay.chaos.workload import ACCOUNTS, LEDGER
 from relay.errors import CheckerError, KafkaError
 from relay.postgres.engine import make_engine
@@ -42,6 +46,16 @@ class KafkaAccess:
 
     def config(self, **extra: str | int | float | bool) -> dict[str, str | int | float | bool]:
         return {**self.properties, "bootstrap.servers": self.bootstrap_servers, **extra}
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaAccess:
+    """Where the replica of the checked topic is: ``topic`` on the cluster ``kafka``;
+    ``source_cluster``: the alias its copies must name (None: any)."""
+
+    kafka: KafkaAccess
+    topic: str
+    source_cluster: str | None = None
 
 
 def _end_offsets(
@@ -123,7 +137,26 @@ def _poll_until_eof(
         partition, offset = msg.partition(), msg.offset()
         if partition is None or offset is None:
             continue
-        records.append(TopicRecord(partition, offset, msg.key(), msg.value()))
+        kind, timestamp = msg.timestamp()
+        records.append(
+            TopicRecord(
+                partition,
+                offset,
+                msg.key(),
+                msg.value(),
+                _headers(msg.headers()),
+                None if kind == TIMESTAMP_NOT_AVAILABLE else timestamp,
+            )
+        )
+
+
+def _headers(raw: object) -> Headers:
+    """A consumed record's headers: librdkafka gives a list of (name, bytes) or None."""
+    if not isinstance(raw, list):
+        return ()
+    return tuple(
+        (str(name), value.encode() if isinstance(value, str) else value) for name, value in raw
+    )
 
 
 def read_ledger(engine: Engine) -> list[LedgerEntry]:
@@ -145,19 +178,32 @@ def run_check(
     topic: str,
     mirror_table: str | None = None,
     timeout: float = 120.0,
+    *,
+    replica: ReplicaAccess | None = None,
 ) -> CheckResult:
-    """Read the evidence and compare it (writers and relays must have stopped)."""
+    """Read the evidence and compare it (writers, relays and replicators must have
+    stopped)."""
     records = read_topic(kafka, topic, timeout)
     result = compare_events(read_ledger(engine), records)
-    if mirror_table is None:
-        return result
-    mirror = read_accounts(engine, mirror_table)
-    mismatch, examples = compare_mirror(read_accounts(engine, ACCOUNTS), mirror)
-    return result.with_mirror(mismatch, len(mirror), examples)
+    if mirror_table is not None:
+        mirror = read_accounts(engine, mirror_table)
+        mismatch, examples = compare_mirror(read_accounts(engine, ACCOUNTS), mirror)
+        result = result.with_mirror(mismatch, len(mirror), examples)
+    if replica is not None:
+        copies = read_topic(replica.kafka, replica.topic, timeout)
+        result = result.with_replica(
+            compare_replica(records, copies, topic, replica.source_cluster)
+        )
+    return result
 
 
 def check(
-    settings: RelaySettings, topic: str, mirror_table: str | None, timeout: float = 120.0
+    settings: RelaySettings,
+    topic: str,
+    mirror_table: str | None,
+    timeout: float = 120.0,
+    *,
+    replica: ReplicaAccess | None = None,
 ) -> CheckResult:
     """`relay chaos check`: :func:`run_check` against the servers ``settings`` name."""
     kafka = KafkaAccess(
@@ -166,6 +212,6 @@ def check(
     )
     engine = make_engine(settings.database_url, pool_size=1)
     try:
-        return run_check(engine, kafka, topic, mirror_table, timeout)
+        return run_check(engine, kafka, topic, mirror_table, timeout, replica=replica)
     finally:
         engine.dispose()

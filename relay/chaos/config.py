@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from relay.chaos.faults import FaultKind
+from relay.chaos.faults import REPLICA_KINDS, FaultKind
 from relay.chaos.workload import WorkloadConfig
 
 
@@ -23,6 +23,13 @@ class ChaosConfig:
     warmup_s: float = 5.0
     spark_every_s: tuple[float, float] = (10.0, 25.0)
     mirror_pause_s: float = 15.0
+    replicate: bool = True  # a replicator copies the topic to a second cluster
+    replicator_pause_s: float = 8.0  # longer than the replicator's transaction timeout
     drain_timeout_s: float = 240.0
     synchronous_commit: bool = True
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+
+    @property
+    def fault_kinds(self) -> list[FaultKind]:
+        """The kinds to plan: ``kinds``, without the replicator's unless it runs."""
+        return [k for k in self.kinds if self.replicate or k not in REPLICA_KINDS]

@@ -1,13 +1,15 @@
-"""The end of a chaos run: drain the outbox and the topic with ``--once`` runs."""
+"""The end of a chaos run: drain the outbox, the topic and the replica with ``--once``
+runs."""
 
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from sqlalchemy import Engine, text
 
+from relay.chaos.checker_inputs import KafkaAccess, wait_until_stable
 from relay.chaos.config import ChaosConfig
 from relay.chaos.preparation import Environment, relay_cli
 from relay.errors import DrainError
@@ -18,7 +20,7 @@ from relay.runtime.clock import Clock, Deadline
 def _run_until(
     argv: Sequence[str],
     *,
-    env: Environment,
+    env: Mapping[str, str],
     done: Callable[[int], bool],
     deadline: Deadline,
     clock: Clock,
@@ -34,7 +36,7 @@ def _run_until(
             try:
                 code = subprocess.run(
                     list(argv),
-                    env=env.env(),
+                    env=dict(env),
                     cwd=PROJECT_ROOT,
                     stdin=subprocess.DEVNULL,
                     stdout=out,
@@ -57,7 +59,8 @@ def drain(
     clock: Clock,
     emit: Callable[[str], None],
 ) -> None:
-    """Publish and mirror everything that was committed (every process is stopped)."""
+    """Publish, mirror and replicate everything that was committed (every process is
+    stopped)."""
     deadline = Deadline(config.drain_timeout_s, clock)
     logs = env.workdir / "logs"
 
@@ -69,7 +72,7 @@ def drain(
 
     runs = _run_until(
         relay_cli("run", "--once"),
-        env=env,
+        env=env.env(),
         done=outbox_empty,
         deadline=deadline,
         clock=clock,
@@ -78,10 +81,25 @@ def drain(
     emit(f"chaos: outbox drained ({runs} relay run --once)")
     runs = _run_until(
         relay_cli("mirror", "--once"),
-        env=env,
+        env=env.env(),
         done=lambda c: c == 0,
         deadline=deadline,
         clock=clock,
         log_path=logs / "drain-mirror.log",
     )
     emit(f"chaos: mirror drained ({runs} relay mirror --once)")
+    if env.replica_topic is None:
+        return
+    # --once copies up to the last stable offsets when it starts: no transaction of a
+    # killed relay may still be open on the topic then.
+    source = KafkaAccess(env.servers.bootstrap_servers, {})
+    wait_until_stable(source, env.topic, list(range(config.topic_partitions)), deadline)
+    runs = _run_until(
+        relay_cli("replicate", "--once"),
+        env=env.replicate_env(),
+        done=lambda c: c == 0,
+        deadline=deadline,
+        clock=clock,
+        log_path=logs / "drain-replicate.log",
+    )
+    emit(f"chaos: replica drained ({runs} relay replicate --once)")

@@ -12,8 +12,17 @@ import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import Path
 
+from relay.chaos.logwatch import (
+    Appears,
+    Fenced,
+    LogReader,
+    appears_from_now,
+    reader_from_now,
+    relay_holdings,
+    relay_partitions_fenced,
+    source_partitions_fenced,
+)
 from relay.chaos.processes import (
     ManagedProcess,
     Supervisor,
@@ -34,6 +43,15 @@ class FaultKind(StrEnum):
     RESTART_POSTGRES = "restart_postgres"
     PAUSE_RELAY = "pause_relay"
     PAUSE_MIRROR = "pause_mirror"
+    KILL9_REPLICATOR = "kill9_replicator"
+    PAUSE_REPLICATOR = "pause_replicator"
+    KILL9_TARGET_BROKER = "kill9_target_broker"
+
+
+REPLICA_KINDS = frozenset(
+    {FaultKind.KILL9_REPLICATOR, FaultKind.PAUSE_REPLICATOR, FaultKind.KILL9_TARGET_BROKER}
+)
+"""The kinds that need the replicator and the second cluster (``--replicate on``)."""
 
 
 # Relative frequency once every kind has been injected once; the slow faults (broker
@@ -46,6 +64,9 @@ WEIGHTS: dict[FaultKind, float] = {
     FaultKind.RESTART_POSTGRES: 2.0,
     FaultKind.PAUSE_RELAY: 2.0,
     FaultKind.PAUSE_MIRROR: 1.0,
+    FaultKind.KILL9_REPLICATOR: 2.0,
+    FaultKind.PAUSE_REPLICATOR: 1.0,
+    FaultKind.KILL9_TARGET_BROKER: 1.0,
 }
 
 
@@ -68,7 +89,9 @@ class Outcome:
 @dataclass
 class FaultContext:
     """What the faults act on. ``restart_broker``/``restart_database`` crash and restart
-    the chaos servers."""
+    the chaos servers, ``restart_target_broker`` the second cluster's broker (None: the
+    run does not replicate); ``replicator`` names the replicator's slot, which copies
+    ``replica_partitions`` source partitions."""
 
     supervisor: Supervisor
     clock: Clock
@@ -80,6 +103,10 @@ class FaultContext:
     restart_database: Callable[[], None]
     mirror_pause_s: float = 15.0
     target_timeout_s: float = 30.0
+    replicator: str | None = None
+    replica_partitions: int = 0
+    restart_target_broker: Callable[[], None] | None = None
+    replicator_pause_s: float = 8.0
 
     def wait(self, condition: Callable[[], bool], timeout: float) -> bool:
         return wait_until(condition, timeout, clock=self.clock)
@@ -143,7 +170,7 @@ def _job_at_work(ctx: FaultContext, slot: str) -> ManagedProcess | None:
     marker = ctx.spark_jobs[slot]
     ctx.supervisor.start_now(slot)
     job = ctx.running(slot, timeout=60.0)
-    shown = _Appears(_LogReader(job.log_path), marker)
+    shown = Appears(LogReader(job.log_path), marker)
     if not ctx.wait(lambda: not job.alive or shown(), 90.0):
         raise FaultSkipped(f"{slot} job pid {job.pid} never started a task")
     return job if job.alive else None
@@ -176,20 +203,31 @@ def _stop(ctx: FaultContext, process: ManagedProcess, inside: str) -> str:
 
 def pause_relay(ctx: FaultContext) -> Outcome:
     """SIGSTOP the relay (half of the time inside a Kafka transaction), start a new
-    instance that fences it, SIGCONT the old one once the new one has taken over."""
+    instance, SIGCONT the old one once the partitions it held have been taken over:
+    fenced by the new one, or by relays an earlier pause left running (relays share the
+    partitions through a members group, so a fenced one goes on as a member)."""
     old = ctx.running("relay")
     where = _stop(ctx, old, "inside a Kafka transaction")
+    others = [p for p in ctx.supervisor.live("relay") if p is not old]
+    watched = [Fenced(reader_from_now(p.log_path), relay_partitions_fenced) for p in others]
+    held = relay_holdings(old.output().encode())
     replaced = ctx.supervisor.replace("relay")
     if replaced is None:
         old.signal_group(signal.SIGCONT)
         raise FaultSkipped(f"relay pid {old.pid} exited before it could be replaced")
     _, new = replaced
-    fenced = _FencedPartitions(_LogReader(new.log_path))
-    took_over = ctx.wait(lambda: fenced() >= ctx.relay_partitions or not new.alive, 60.0)
+    watched.append(Fenced(LogReader(new.log_path), relay_partitions_fenced))
+
+    def taken_over() -> bool:
+        return held <= set().union(*(fenced() for fenced in watched)) or not new.alive
+
+    took_over = ctx.wait(taken_over, 60.0)
     old.signal_group(signal.SIGCONT)
-    state = "took over every partition" if took_over and new.alive else "did NOT take over"
+    shown = ", ".join(sorted(held)) or "none"
+    state = "taken over" if took_over and new.alive else "NOT taken over"
     return Outcome(
-        f"relay pid {old.pid}", f"SIGSTOP {where}; new relay pid {new.pid} {state}; SIGCONT"
+        f"relay pid {old.pid}",
+        f"SIGSTOP {where}; new relay pid {new.pid}; its partitions ({shown}) {state}; SIGCONT",
     )
 
 
@@ -199,7 +237,7 @@ def pause_mirror(ctx: FaultContext) -> Outcome:
     slot = ctx.rng.choice(list(ctx.mirror_slots))
     old = ctx.running(slot)
     others = [ctx.supervisor.running(name) for name in ctx.mirror_slots if name != slot]
-    assigned = [_appears_from_now(p.log_path, "assigned ") for p in others if p is not None]
+    assigned = [appears_from_now(p.log_path, "assigned ") for p in others if p is not None]
     where = _stop(ctx, old, "inside its database transaction")
     stopped = ctx.clock.monotonic()
     moved = ctx.wait(lambda: any(appeared() for appeared in assigned), ctx.mirror_pause_s)
@@ -207,6 +245,55 @@ def pause_mirror(ctx: FaultContext) -> Outcome:
     old.signal_group(signal.SIGCONT)
     state = "its partitions reassigned" if moved else "no reassignment seen"
     return Outcome(f"{slot} pid {old.pid}", f"SIGSTOP {where} for {held:.0f} s ({state}), SIGCONT")
+
+
+def _replicator(ctx: FaultContext) -> str:
+    if ctx.replicator is None:
+        raise FaultSkipped("no replicator in this run")
+    return ctx.replicator
+
+
+def kill9_replicator(ctx: FaultContext) -> Outcome:
+    process = ctx.running(_replicator(ctx))
+    process.kill_tree()
+    return Outcome(f"replicator pid {process.pid}", "SIGKILL")
+
+
+def kill9_target_broker(ctx: FaultContext) -> Outcome:
+    if ctx.restart_target_broker is None:
+        raise FaultSkipped("no target cluster in this run")
+    ctx.restart_target_broker()
+    return Outcome("target Kafka broker", "SIGKILL, restarted and answering")
+
+
+def pause_replicator(ctx: FaultContext) -> Outcome:
+    """SIGSTOP the replicator (half of the time inside a target transaction). Then either
+    a new instance starts, fences every partition, and the old one gets SIGCONT (it must
+    stop, fenced), or the old one is held ``replicator_pause_s`` (longer than its
+    transaction timeout: the broker aborts its open transaction) and SIGCONT: it must go
+    on without a gap or a duplicate."""
+    slot = _replicator(ctx)
+    old = ctx.running(slot)
+    where = _stop(ctx, old, "inside a target transaction")
+    if ctx.rng.random() < 0.5:
+        stopped = ctx.clock.monotonic()
+        ctx.clock.wait(ctx.replicator_pause_s)  # the pause itself, not a synchronisation
+        held = ctx.clock.monotonic() - stopped
+        old.signal_group(signal.SIGCONT)
+        return Outcome(f"replicator pid {old.pid}", f"SIGSTOP {where}; held {held:.0f} s; SIGCONT")
+    replaced = ctx.supervisor.replace(slot)
+    if replaced is None:
+        old.signal_group(signal.SIGCONT)
+        raise FaultSkipped(f"replicator pid {old.pid} exited before it could be replaced")
+    _, new = replaced
+    fenced = Fenced(LogReader(new.log_path), source_partitions_fenced)
+    took_over = ctx.wait(lambda: len(fenced()) >= ctx.replica_partitions or not new.alive, 60.0)
+    old.signal_group(signal.SIGCONT)
+    state = "took over every partition" if took_over and new.alive else "did NOT take over"
+    return Outcome(
+        f"replicator pid {old.pid}",
+        f"SIGSTOP {where}; new replicator pid {new.pid} {state}; SIGCONT",
+    )
 
 
 ACTIONS: dict[FaultKind, Callable[[FaultContext], Outcome]] = {
@@ -217,77 +304,10 @@ ACTIONS: dict[FaultKind, Callable[[FaultContext], Outcome]] = {
     FaultKind.RESTART_POSTGRES: restart_postgres,
     FaultKind.PAUSE_RELAY: pause_relay,
     FaultKind.PAUSE_MIRROR: pause_mirror,
+    FaultKind.KILL9_REPLICATOR: kill9_replicator,
+    FaultKind.PAUSE_REPLICATOR: pause_replicator,
+    FaultKind.KILL9_TARGET_BROKER: kill9_target_broker,
 }
-
-
-class _LogReader:
-    """A process's log file, read incrementally: each read returns the bytes appended
-    since the previous one (rather than the whole file every poll)."""
-
-    def __init__(self, path: Path, offset: int = 0) -> None:
-        self._path = path
-        self._offset = offset
-
-    def read(self) -> bytes:
-        try:
-            with self._path.open("rb") as fh:
-                fh.seek(self._offset)
-                data = fh.read()
-        except OSError:
-            return b""
-        self._offset += len(data)
-        return data
-
-
-class _Appears:
-    """Whether ``text`` occurs in what ``log`` has read so far (once true, stays true)."""
-
-    def __init__(self, log: _LogReader, text: str) -> None:
-        self._log = log
-        self._needle = text.encode()
-        self._carry = b""  # the last len(needle) - 1 bytes: the start of a split needle
-        self._found = False
-
-    def __call__(self) -> bool:
-        if not self._found:
-            data = self._carry + self._log.read()
-            self._found = self._needle in data
-            self._carry = data[max(0, len(data) - len(self._needle) + 1) :]
-        return self._found
-
-
-def _appears_from_now(path: Path, text: str) -> _Appears:
-    """Whether ``text`` newly occurs in the log at ``path``: not already complete in it
-    now (an occurrence still being written counts)."""
-    try:
-        size = path.stat().st_size
-    except OSError:
-        size = 0
-    start = max(0, size - len(text.encode()) + 1)
-    return _Appears(_LogReader(path, start), text)
-
-
-class _FencedPartitions:
-    """How many relay partitions the log of a relay shows fenced: complete lines are
-    parsed once, the last (incomplete) line at every call."""
-
-    def __init__(self, log: _LogReader) -> None:
-        self._log = log
-        self._fenced: set[str] = set()
-        self._partial = b""
-
-    def __call__(self) -> int:
-        complete, _, self._partial = (self._partial + self._log.read()).rpartition(b"\n")
-        self._fenced |= _fenced_in(complete)
-        return len(self._fenced | _fenced_in(self._partial))
-
-
-def _fenced_in(data: bytes) -> set[str]:
-    return {
-        line.split("relay partition ", 1)[1].split(":")[0]
-        for line in data.decode(errors="replace").splitlines()
-        if "fenced, position" in line and "relay partition " in line
-    }
 
 
 def _stopped_or_gone(process: ManagedProcess) -> bool:

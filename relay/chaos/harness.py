@@ -1,22 +1,22 @@
 """`relay chaos`: workload, faults and the independent checker in one run.
 
 1. start a PostgreSQL server and a Kafka broker of the run's own (never the shared ones),
-   migrate, create the workload's tables and topic;
+   and the broker of a second Kafka cluster when the run replicates; migrate, create the
+   workload's tables and topic;
 2. start the processes under test: a continuous ``relay run``, two ``relay mirror``
-   consumers of one group, and now and then a run of the relay's and of the mirror's
-   Spark job; a supervisor restarts whatever exits;
+   consumers of one group, a continuous ``relay replicate`` of the topic to the second
+   cluster, and now and then a run of the relay's and of the mirror's Spark job; a
+   supervisor restarts whatever exits;
 3. start the writers, then inject the planned faults, bounded in count and time;
-4. stop the writers and the processes, drain with ``relay run --once`` and
-   ``relay mirror --once``, then run the checker and stop the servers.
+4. stop the writers and the processes, drain with ``relay run --once``, ``relay mirror
+   --once`` and ``relay replicate --once``, then run the checker and stop the servers.
 """
 
 from __future__ import annotations
 
 import random
 import shutil
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -24,76 +24,17 @@ from sqlalchemy import create_engine
 
 from relay import devenv
 from relay.chaos import preparation
-from relay.chaos.checker import CheckResult
-from relay.chaos.checker_inputs import KafkaAccess, run_check
+from relay.chaos.checker_inputs import KafkaAccess, ReplicaAccess, run_check
 from relay.chaos.config import ChaosConfig
 from relay.chaos.drain import drain
 from relay.chaos.faults import FaultContext, FaultKind, plan_faults
-from relay.chaos.injector import FaultInjector, FaultLog, FaultRecord
+from relay.chaos.injector import FaultInjector, FaultLog
 from relay.chaos.processes import Supervisor
+from relay.chaos.report import ChaosReport
 from relay.chaos.servers import ChaosServers, remove_workdir, start_servers, stop_servers
-from relay.chaos.workload import MIRROR, Workload, WorkloadStats
+from relay.chaos.workload import MIRROR, Workload
 from relay.postgres.migrations import PROJECT_ROOT
 from relay.runtime.clock import Clock
-
-
-@dataclass
-class ChaosReport:
-    seed: int
-    planned: int
-    faults: list[FaultRecord]
-    result: CheckResult
-    workload: WorkloadStats
-    processes: dict[str, tuple[int, Counter[str]]]
-    zombie_exits: Counter[str]
-    duration_s: float
-    workdir: Path
-
-    @property
-    def injected(self) -> Counter[str]:
-        return Counter(r.kind for r in self.faults if r.injected)
-
-    @property
-    def ok(self) -> bool:
-        return self.result.ok
-
-    def as_json(self) -> dict[str, object]:
-        return {
-            "seed": self.seed,
-            "faults_planned": self.planned,
-            "faults_injected": dict(self.injected),
-            "faults": [asdict(r) for r in self.faults],
-            "events": self.result.events,
-            "ledger": self.result.ledger,
-            "anomalies": self.result.anomalies,
-            "mirror_checked": self.result.mirror_mismatch is not None,
-            "ok": self.ok,
-            "workload": self.workload.describe(),
-            "processes": {
-                n: {"starts": s, "exits": dict(e)} for n, (s, e) in self.processes.items()
-            },
-            "zombie_exits": dict(self.zombie_exits),
-            "duration_s": round(self.duration_s, 1),
-        }
-
-    def lines(self) -> list[str]:
-        by_kind = ", ".join(f"{k} {v}" for k, v in sorted(self.injected.items()))
-        skipped = sum(1 for r in self.faults if not r.injected)
-        out = [
-            f"faults injected: {sum(self.injected.values())} of {self.planned} planned "
-            f"(seed {self.seed}; {skipped} skipped and retried): {by_kind or 'none'}",
-            f"events written (ledger): {self.result.ledger}; workload: {self.workload.describe()}",
-        ]
-        for name, (starts, exits) in sorted(self.processes.items()):
-            shown = ", ".join(f"{k} x{v}" for k, v in sorted(exits.items()))
-            out.append(f"process {name}: {starts} starts; exits: {shown or 'none'}")
-        zombies = ", ".join(f"{k} x{v}" for k, v in sorted(self.zombie_exits.items()))
-        out.append(f"paused relays replaced by a new instance: {zombies or 'none'}")
-        for kind, examples in sorted(self.result.examples.items()):
-            out.extend(f"  {kind}: {example}" for example in examples)
-        out.append(f"duration: {self.duration_s:.0f} s; logs: {self.workdir}")
-        out.append(self.result.summary_line())
-        return out
 
 
 class ChaosRun:
@@ -120,10 +61,13 @@ class ChaosRun:
         self._emit(f"chaos: seed {config.seed}, {config.faults} faults, workdir {workdir}")
         ok = False
         try:
-            servers = start_servers(workdir)  # stopped below even if only one came up
+            # stopped below even if only some came up
+            servers = start_servers(workdir, target=config.replicate)
+            second = servers.target_bootstrap_servers
             self._emit(
                 f"chaos: own servers up: PostgreSQL 127.0.0.1:{servers.ports.postgres}, "
                 f"Kafka {servers.bootstrap_servers}"
+                + (f", second Kafka cluster {second}" if second else "")
             )
             report = self._run_with(servers, workdir, started)
             ok = report.ok
@@ -133,7 +77,7 @@ class ChaosRun:
             if ok and not config.keep_workdir:
                 # keep faults.jsonl; the servers' data and the process logs go
                 remove_workdir(workdir / "pg")
-                for name in ("kafka", "kafka-libs", "logs", "traps"):
+                for name in ("kafka", "kafka-target", "kafka-libs", "logs", "traps"):
                     shutil.rmtree(workdir / name, ignore_errors=True)
 
     def _run_with(self, servers: ChaosServers, workdir: Path, started: float) -> ChaosReport:
@@ -149,7 +93,7 @@ class ChaosRun:
             preparation.prepare(env, engine, config)
             supervisor = Supervisor(workdir / "logs", self._clock)
             preparation.add_slots(supervisor, env, config, self._rng)
-            plan = plan_faults(config.faults, list(config.kinds), self._rng)
+            plan = plan_faults(config.faults, config.fault_kinds, self._rng)
             log_file = FaultLog(workdir / "faults.jsonl", self._emit, self._now)
             workload = Workload(engine, env.topic, config.workload, config.seed, self._clock)
             try:
@@ -157,7 +101,7 @@ class ChaosRun:
                 workload.start()
                 self._emit("chaos: writers and processes under test started")
                 self._clock.wait(config.warmup_s)
-                self._inject(plan, supervisor, workdir, log_file)
+                self._inject(plan, supervisor, env, log_file)
             finally:
                 workload.stop()
                 supervisor.shutdown()
@@ -165,11 +109,19 @@ class ChaosRun:
             self._emit("chaos: writers stopped; draining with relay run --once")
             drain(env, engine, config, clock=self._clock, emit=self._emit)
             self._emit("chaos: checking")
+            replica = None
+            if servers.target_bootstrap_servers is not None and env.replica_topic is not None:
+                replica = ReplicaAccess(
+                    KafkaAccess(servers.target_bootstrap_servers, {}),
+                    env.replica_topic,
+                    preparation.REPLICA_ALIAS,
+                )
             result = run_check(
                 engine,
                 KafkaAccess(servers.bootstrap_servers, {}),
                 env.topic,
                 MIRROR,
+                replica=replica,
             )
         finally:
             engine.dispose()
@@ -183,16 +135,19 @@ class ChaosRun:
             zombie_exits=supervisor.zombie_exits,
             duration_s=self._clock.monotonic() - started,
             workdir=workdir,
+            replica_topic=env.replica_topic,
         )
 
     def _inject(
         self,
         plan: list[FaultKind],
         supervisor: Supervisor,
-        workdir: Path,
+        env: preparation.Environment,
         log_file: FaultLog,
     ) -> None:
         config = self._config
+        workdir = env.workdir
+        replicates = env.replica_topic is not None
         ctx = FaultContext(
             supervisor=supervisor,
             clock=self._clock,
@@ -203,6 +158,14 @@ class ChaosRun:
             restart_broker=lambda: _restart(devenv.restart_kafka, workdir, True),
             restart_database=lambda: _restart(devenv.restart_postgres, workdir, "immediate"),
             mirror_pause_s=config.mirror_pause_s,
+            replicator=preparation.REPLICATOR if replicates else None,
+            replica_partitions=config.topic_partitions,
+            restart_target_broker=(
+                (lambda: _restart(devenv.restart_target_kafka, workdir, True))
+                if replicates
+                else None
+            ),
+            replicator_pause_s=config.replicator_pause_s,
         )
         deadline = self._clock.monotonic() + config.duration_limit_s
         FaultInjector(plan, ctx, log_file, gap_s=config.gap_s, deadline=deadline).run()

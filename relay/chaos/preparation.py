@@ -1,4 +1,5 @@
-"""Setting up a chaos run: its database, topic and mapping, and the processes under test."""
+"""Setting up a chaos run: its database, topic and mapping, and the processes under test
+(with the replicator of the topic to the second cluster, when the run replicates)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,17 @@ RELAY_SETTINGS = {
     "RELAY_TRANSACTION_TIMEOUT_MS": "10000",
     "RELAY_KAFKA_TIMEOUT_S": "5",
 }
+REPLICATOR = "replicator"
+REPLICA_PREFIX = "dr."  # target topic = dr.<topic>, on the second cluster
+REPLICA_ALIAS = "chaos-source"  # the relay-source-cluster header of every copy
+# The replicator's settings, for the same reasons as the relay's: small batches (many
+# transactions, many crash points), a transaction timeout below the pause that outlasts
+# it (FaultContext.replicator_pause_s).
+REPLICATE_SETTINGS = {
+    "RELAY_REPLICATE_BATCH_SIZE": "100",
+    "RELAY_REPLICATE_TRANSACTION_TIMEOUT_MS": "6000",
+    "RELAY_REPLICATE_KAFKA_TIMEOUT_S": "5",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +80,32 @@ class Environment:
             **RELAY_SETTINGS,
         )
         env.update(RELAY_MIRROR_CONFIG=str(self.mapping), RELAY_MIRROR_GROUP=MIRROR_GROUP)
+        env.update(extra)
+        return env
+
+    @property
+    def replica_topic(self) -> str | None:
+        """The topic's copy on the second cluster; None: the run does not replicate."""
+        if self.servers.target_bootstrap_servers is None:
+            return None
+        return REPLICA_PREFIX + self.topic
+
+    def replicate_env(self, **extra: str) -> dict[str, str]:
+        """The environment of ``relay replicate``: the topic from the chaos broker to the
+        second cluster's."""
+        target = self.servers.target_bootstrap_servers
+        if target is None:
+            raise RelayError("this chaos run has no second cluster to replicate to")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
+        env.update(
+            RELAY_REPLICATE_SOURCE_BOOTSTRAP_SERVERS=self.servers.bootstrap_servers,
+            RELAY_REPLICATE_TARGET_BOOTSTRAP_SERVERS=target,
+            RELAY_REPLICATE_TOPICS=self.topic,
+            RELAY_REPLICATE_TARGET_PREFIX=REPLICA_PREFIX,
+            RELAY_REPLICATE_SOURCE_ALIAS=REPLICA_ALIAS,
+            RELAY_REPLICATE_GROUP=f"{self.prefix}-replicate",
+            **REPLICATE_SETTINGS,
+        )
         env.update(extra)
         return env
 
@@ -142,6 +180,15 @@ def add_slots(
         slot = Slot(name, _job_command(env, job), lambda: rng.uniform(*config.spark_every_s))
         slot.next_start = supervisor.clock.monotonic() + rng.uniform(*config.spark_every_s)
         supervisor.add(slot)
+    if env.replica_topic is not None:
+
+        def replicator(incarnation: int) -> Command:
+            trap = env.trap(REPLICATOR, incarnation)
+            failpoint = f"before_commit=stop,once={trap}"
+            replicate_env = env.replicate_env(RELAY_FAILPOINTS=failpoint)
+            return Command(relay_cli("replicate"), replicate_env, PROJECT_ROOT, trap)
+
+        supervisor.add(Slot(REPLICATOR, replicator, lambda: 0.5))
 
 
 def _job_command(env: Environment, job: Path) -> Callable[[int], Command]:

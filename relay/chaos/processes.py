@@ -138,7 +138,7 @@ class Supervisor:
     """Restarts the process of every enabled slot when it exits, after its delay.
 
     Processes that a fault replaced while they were paused (zombies) are watched too,
-    and their exit codes recorded separately.
+    and their exit codes recorded separately, by slot (``relay: exit 5``).
     """
 
     def __init__(self, log_dir: Path, clock: Clock, interval: float = 0.2) -> None:
@@ -173,7 +173,7 @@ class Supervisor:
                 code = zombie.poll()
                 if code is not None:
                     self.zombies.remove(zombie)
-                    self.zombie_exits[_exit_name(code)] += 1
+                    self.zombie_exits[f"{zombie.name}: {_exit_name(code)}"] += 1
                     log.info("zombie %s (pid %d) exited: %s", zombie.name, zombie.pid, code)
 
     def _tend(self, slot: Slot, now: float) -> None:
@@ -200,6 +200,13 @@ class Supervisor:
         with self._lock:
             current = self.slots[name].current
             return current if current is not None and current.alive else None
+
+    def live(self, name: str) -> list[ManagedProcess]:
+        """Every live process of slot ``name``: its current one and its zombies."""
+        with self._lock:
+            current = self.slots[name].current
+            found = [current] if current is not None and current.alive else []
+            return found + [z for z in self.zombies if z.name == name and z.alive]
 
     def start_now(self, name: str) -> None:
         with self._lock:
@@ -231,9 +238,9 @@ class Supervisor:
                 finished = zombie.poll()
                 if finished is None:
                     zombie.stop(timeout)
-                    self.zombie_exits["still running at the end"] += 1
+                    self.zombie_exits[f"{zombie.name}: still running at the end"] += 1
                 else:
-                    self.zombie_exits[_exit_name(finished)] += 1
+                    self.zombie_exits[f"{zombie.name}: {_exit_name(finished)}"] += 1
             self.zombies.clear()
 
 

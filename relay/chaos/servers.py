@@ -1,9 +1,12 @@
-"""The chaos run's own PostgreSQL server and Kafka broker.
+"""The chaos run's own PostgreSQL server and Kafka broker, and the broker of its second
+Kafka cluster (the replicator's target) when the run replicates.
 
 The harness kills and restarts them, so they are never the shared development servers:
 they live in a working directory of their own, on free loopback ports, and are stopped
-at the end of the run. The broker jars are hard-linked from an existing development
-working directory when one has them (Maven resolves them otherwise).
+at the end of the run. The second cluster is started as :mod:`relay.devenv` starts the
+development environment's (``<workdir>/kafka-target``, sharing the first broker's jars).
+The broker jars are hard-linked from an existing development working directory when one
+has them (Maven resolves them otherwise).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ class ChaosServers:
     ports: Ports
     database_url: str
     bootstrap_servers: str
+    target_bootstrap_servers: str | None = None  # the second cluster's, when started
 
 
 def free_ports(count: int) -> list[int]:
@@ -69,15 +73,17 @@ def _share_kafka_libs(workdir: Path) -> None:
         return
 
 
-def start_servers(workdir: Path, timeout: float = 120.0) -> ChaosServers:
-    """Start PostgreSQL and Kafka in ``workdir`` on free ports; returns how to reach them."""
+def start_servers(workdir: Path, timeout: float = 120.0, *, target: bool = False) -> ChaosServers:
+    """Start PostgreSQL and Kafka in ``workdir`` on free ports, and with ``target`` the
+    broker of a second Kafka cluster too; returns how to reach them."""
     workdir.mkdir(parents=True, exist_ok=True)
     _share_kafka_libs(workdir)
     names = [f.name for f in fields(Ports)]  # every listener gets a free port of its own
     ports = Ports(**dict(zip(names, free_ports(len(names)), strict=True)))
     url = devenv.start_postgres(workdir, port=ports.postgres, timeout=timeout)
     bootstrap = devenv.start_kafka(workdir, ports=ports, timeout=timeout)
-    return ChaosServers(workdir, ports, url, bootstrap)
+    second = devenv.start_target_kafka(workdir, ports=ports, timeout=timeout) if target else None
+    return ChaosServers(workdir, ports, url, bootstrap, second)
 
 
 def start_broker(
@@ -93,8 +99,8 @@ def start_broker(
 
 
 def stop_servers(workdir: Path) -> None:
-    """Stop both servers; never raises (the run's verdict is already known)."""
-    for stop in (devenv.stop_kafka, devenv.stop_postgres):
+    """Stop every server; never raises (the run's verdict is already known)."""
+    for stop in (devenv.stop_target_kafka, devenv.stop_kafka, devenv.stop_postgres):
         try:
             stop(workdir, True)
         except devenv.DevEnvError as exc:

@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from relay.chaos.checker_inputs import check
+from relay.chaos.checker_inputs import KafkaAccess, ReplicaAccess, check
 from relay.chaos.config import ChaosConfig
-from relay.chaos.faults import FaultKind
+from relay.chaos.faults import REPLICA_KINDS, FaultKind
 from relay.chaos.harness import ChaosRun
 from relay.chaos.workload import MIRROR, TOPIC, WorkloadConfig
 from relay.cli.signals import interrupt_on_sigterm
@@ -36,10 +36,12 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
     chaos = subparsers.add_parser(
         "chaos",
         help="prove exactly-once under faults: workload, faults and an independent checker",
-        description="Runs its own PostgreSQL and Kafka (free ports, a working directory of "
-        "its own), writers through the write API, `relay run`, `relay mirror` and runs of "
-        "both Spark jobs; injects faults; drains; checks. Exit 0 only when the checker "
-        "finds nothing lost, duplicated, out of order, wrongly visible or mirrored wrong.",
+        description="Runs its own PostgreSQL and Kafka, and a second Kafka cluster (free "
+        "ports, a working directory of its own), writers through the write API, `relay "
+        "run`, `relay mirror`, `relay replicate` to the second cluster and runs of both "
+        "Spark jobs; injects faults; drains; checks. Exit 0 only when the checker finds "
+        "nothing lost, duplicated, out of order, wrongly visible, mirrored or replicated "
+        "wrong.",
     )
     env_flag(chaos, "--faults", env=f"{ENV}FAULTS", default=200, type=int, help="faults to inject")
     env_flag(
@@ -91,6 +93,16 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
     )
     env_flag(
         chaos,
+        "--replicate",
+        env=f"{ENV}REPLICATE",
+        default="on",
+        choices=["on", "off"],
+        help="run a second Kafka cluster and `relay replicate` of the topic to it, with "
+        "its faults (" + ", ".join(sorted(k.value for k in REPLICA_KINDS)) + "), and "
+        "check the replica; off leaves all of that out",
+    )
+    env_flag(
+        chaos,
         "--report",
         env=f"{ENV}REPORT",
         type=Path,
@@ -104,8 +116,8 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
         "check",
         help="the independent checker alone",
         description="Reads the topic from the beginning (read_committed) and the workload's "
-        "ledger, accounts and mirror tables; prints one summary line; exit 0 only when "
-        "every count is zero.",
+        "ledger, accounts and mirror tables, and the topic's replica on another cluster "
+        "if asked; prints one summary line; exit 0 only when every count is zero.",
     )
     env_flag(check, "--topic", env=f"{ENV}TOPIC", default=TOPIC, help="the workload's topic")
     env_flag(
@@ -124,6 +136,30 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
         metavar="SECONDS",
         help="reading limit",
     )
+    env_flag(
+        check,
+        "--replica-bootstrap-servers",
+        env=f"{ENV}REPLICA_BOOTSTRAP_SERVERS",
+        metavar="HOSTS",
+        help="compare the topic's replica on this cluster (relay replicate's target, "
+        "PLAINTEXT) with the topic (default: skip)",
+    )
+    env_flag(
+        check,
+        "--replica-topic",
+        env=f"{ENV}REPLICA_TOPIC",
+        metavar="TOPIC",
+        shown="the topic",
+        help="the replica's topic (relay replicate's --target-prefix + the topic)",
+    )
+    env_flag(
+        check,
+        "--replica-source-alias",
+        env=f"{ENV}REPLICA_SOURCE_ALIAS",
+        metavar="NAME",
+        shown="any",
+        help="the relay-source-cluster header every copy must carry",
+    )
     add_connection_flags(check)
     check.set_defaults(handler=_cmd_check)
 
@@ -140,6 +176,7 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
         keep_workdir=args.keep_workdir,
         workload=WorkloadConfig(writers=args.writers),
         synchronous_commit=args.synchronous_commit == "on",
+        replicate=args.replicate == "on",
     )
     run = ChaosRun(config, _print, SystemClock(), lambda: datetime.now(UTC))
     interrupt_on_sigterm()  # stop processes and servers on the way out
@@ -155,7 +192,15 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    result = check(relay_settings_from_args(args), args.topic, args.mirror_table, args.timeout)
+    replica = None
+    if args.replica_bootstrap_servers:
+        replica = ReplicaAccess(
+            KafkaAccess(args.replica_bootstrap_servers, {}),
+            args.replica_topic or args.topic,
+            args.replica_source_alias or None,
+        )
+    settings = relay_settings_from_args(args)
+    result = check(settings, args.topic, args.mirror_table, args.timeout, replica=replica)
     for kind, examples in sorted(result.examples.items()):
         for example in examples:
             print(f"  {kind}: {example}")

@@ -1,7 +1,8 @@
 """The chaos harness (docs/chaos.md): the standalone checker against the shared test
-servers, and the short chaos run: 20 faults while service writers run, then the checker.
-The chaos run uses a PostgreSQL and a Kafka of its own on free ports (it kills and
-restarts them), never the shared test servers."""
+servers (with a replica on the second dev cluster), and the short chaos run: 20 faults
+while service writers run, then the checker. The chaos run uses a PostgreSQL and two
+Kafka clusters of its own on free ports (it kills and restarts them), never the shared
+test servers."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
 from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
 from relay.chaos.preparation import write_mapping
 from relay.chaos.workload import MIRROR, Workload, WorkloadConfig, create_schema
 from relay.runtime.clock import SystemClock
+from tests.integration.replicate_support import ReplicaEnv, new_group, read_log
 from tests.integration.support import (
     PROJECT_ROOT,
     RelayTestEnv,
@@ -27,13 +30,31 @@ from tests.integration.support import (
     wait_until,
 )
 
-SHORT_RUN_LIMIT_S = 180
+SHORT_RUN_LIMIT_S = 420
+REPLICA_COUNTS = (
+    "replica_lost=0 replica_duplicated=0 replica_out_of_order=0 replica_extra=0 replica_corrupted=0"
+)
 
 
 def test_checker_passes_a_clean_run_and_counts_injected_anomalies(
-    relay_env: RelayTestEnv, make_topic: Callable[..., str], tmp_path: Path
+    relay_env: RelayTestEnv,
+    make_topic: Callable[..., str],
+    target_bootstrap_servers: str,
+    target_kafka_admin: AdminClient,
+    tmp_path: Path,
 ) -> None:
     topic = make_topic("chaos", partitions=3)
+    try:
+        _check_a_clean_run_then_injected_anomalies(
+            relay_env, topic, target_bootstrap_servers, tmp_path
+        )
+    finally:
+        target_kafka_admin.delete_topics([f"dr.{topic}"], operation_timeout=30)
+
+
+def _check_a_clean_run_then_injected_anomalies(
+    relay_env: RelayTestEnv, topic: str, target: str, tmp_path: Path
+) -> None:
     engine = create_engine(relay_env.database_url, poolclass=NullPool)
     try:
         create_schema(engine, keys=10)
@@ -57,20 +78,38 @@ def test_checker_passes_a_clean_run_and_counts_injected_anomalies(
     mirror = {"RELAY_MIRROR_CONFIG": str(mapping), "RELAY_MIRROR_GROUP": "chaos-check"}
     applied = run_relay(relay_env, "mirror", "--once", **mirror)
     assert applied.returncode == 0, applied.stderr
+    replica = ReplicaEnv(relay_env.bootstrap_servers, target, new_group())
+    copied = replica.run("--once", "--topics", topic, "--target-prefix", "dr.")
+    assert copied.returncode == 0, copied.stderr
 
     def check() -> subprocess.CompletedProcess[str]:
-        return run_relay(relay_env, "chaos", "check", "--topic", topic, "--mirror-table", MIRROR)
+        return run_relay(
+            relay_env,
+            "chaos",
+            "check",
+            "--topic",
+            topic,
+            "--mirror-table",
+            MIRROR,
+            "--replica-bootstrap-servers",
+            target,
+            "--replica-topic",
+            f"dr.{topic}",
+            "--replica-source-alias",
+            "east",
+        )
 
     clean = check()
     assert clean.returncode == 0, clean.stderr
     ledger = relay_env.sql("SELECT count(*) FROM chaos_ledger")[0][0]
     assert clean.stdout.strip().splitlines()[-1] == (
         f"checked {ledger} events (ledger {ledger}): lost=0 duplicated=0 out_of_order=0 "
-        "aborted_visible=0 corrupted=0 mirror_mismatch=0 OK"
+        f"aborted_visible=0 corrupted=0 mirror_mismatch=0 {REPLICA_COUNTS} OK"
     )
 
-    # A published event again (not through the relay) and a mirrored row changed behind
-    # the mirror's back: the checker must see both.
+    # A published event again (not through the relay, so not replicated either), a
+    # mirrored row changed behind the mirror's back, and a copy written to the replica
+    # again: the checker must see all three.
     first = read_committed(relay_env.bootstrap_servers, topic)[0]
     producer = Producer({"bootstrap.servers": relay_env.bootstrap_servers})
     producer.produce(topic, value=first.value, key=first.key, partition=first.partition)
@@ -78,12 +117,28 @@ def test_checker_passes_a_clean_run_and_counts_injected_anomalies(
     relay_env.sql(
         f"UPDATE {MIRROR} SET balance = balance + 1 WHERE key = (SELECT min(key) FROM {MIRROR})"
     )
+    copy = read_log(target, f"dr.{topic}", 3)[0][0]
+    producer = Producer({"bootstrap.servers": target})
+    producer.produce(
+        f"dr.{topic}",
+        value=copy.value,
+        key=copy.key,
+        partition=copy.partition,
+        headers=list(copy.headers),
+        timestamp=copy.timestamp,
+    )
+    assert producer.flush(30) == 0
     broken = check()
     assert broken.returncode == 1, broken.stderr
     summary = broken.stdout.strip().splitlines()[-1]
     assert "lost=0 duplicated=1 out_of_order=0" in summary
-    assert summary.endswith("mirror_mismatch=1 FAILED")
+    assert summary.endswith(
+        "mirror_mismatch=1 replica_lost=1 replica_duplicated=1 replica_out_of_order=0 "
+        "replica_extra=0 replica_corrupted=0 FAILED"
+    )
     assert "  duplicated: partition" in broken.stdout
+    assert "  replica_duplicated: target partition 0" in broken.stdout
+    assert "  replica_lost: source partition" in broken.stdout
 
 
 def test_short_chaos_run_loses_duplicates_and_reorders_nothing(tmp_path: Path) -> None:
@@ -96,7 +151,7 @@ def test_short_chaos_run_loses_duplicates_and_reorders_nothing(tmp_path: Path) -
         "--seed",
         "7",
         "--duration-limit",
-        "100",
+        "200",
         "--workdir",
         str(tmp_path / "chaos"),
         "--report",
@@ -117,8 +172,8 @@ def test_short_chaos_run_loses_duplicates_and_reorders_nothing(tmp_path: Path) -
     summary = run.stdout.strip().splitlines()[-1]
     assert summary.startswith("checked ") and summary.endswith(" OK"), output
     assert (
-        "lost=0 duplicated=0 out_of_order=0 aborted_visible=0 corrupted=0 mirror_mismatch=0"
-        in summary
+        "lost=0 duplicated=0 out_of_order=0 aborted_visible=0 corrupted=0 mirror_mismatch=0 "
+        f"{REPLICA_COUNTS} OK" in summary
     )
 
     report = json.loads(report_path.read_text())
@@ -132,10 +187,22 @@ def test_short_chaos_run_loses_duplicates_and_reorders_nothing(tmp_path: Path) -
         "restart_postgres",
         "pause_relay",
         "pause_mirror",
+        "kill9_replicator",
+        "pause_replicator",
+        "kill9_target_broker",
     }
     assert report["mirror_checked"] is True
     assert report["ledger"] > 500 and report["events"] == report["ledger"]
     assert all(v == 0 for v in report["anomalies"].values())
+    assert len(report["anomalies"]) == 11, report["anomalies"]  # the replica's 5 included
+    # the replica on the second cluster: every committed source record, once, in order
+    assert report["replica_checked"] is True
+    assert report["replica"]["source_records"] == report["events"]
+    assert report["replica"]["copies"] == report["events"]
+    assert report["replica"]["topic"] == "dr.chaos-accounts"
+    # the replicator was killed, and restarted by the supervisor
+    assert report["processes"]["replicator"]["exits"].get("SIGKILL", 0) >= 1
+    assert report["processes"]["replicator"]["starts"] >= 2
     # one JSON line per fault, with an ISO timestamp
     logged = [json.loads(line) for line in (tmp_path / "chaos" / "faults.jsonl").open()]
     assert sum(1 for entry in logged if entry["injected"]) == 20

@@ -185,6 +185,188 @@ def test_replaced_process_is_a_zombie_whose_exit_is_recorded(tmp_path: Path) -> 
     first.kill_tree()
     _wait(lambda: first.poll() is not None)
     supervisor.tick()
-    assert supervisor.zombie_exits == {"SIGKILL": 1}
+    assert supervisor.zombie_exits == {"relay: SIGKILL": 1}
     supervisor.shutdown(timeout=5)
     assert supervisor.slots["relay"].exits == {"SIGTERM": 1}
+
+
+class _Scripted(random.Random):
+    """random() returns the given values in turn."""
+
+    def __init__(self, *values: float) -> None:
+        super().__init__(0)
+        self._values = list(values)
+
+    def random(self) -> float:
+        return self._values.pop(0)
+
+
+def _replicator_context(tmp_path: Path, rng: random.Random, **extra: object) -> FaultContext:
+    # incarnation 1 just sleeps; the next ones log that they fenced three partitions
+    fenced = "".join(
+        f"print('INFO relay.replication: chaos-accounts[{p}]: fenced, copying from offset 7')\n"
+        for p in range(3)
+    )
+
+    def command(n: int) -> Command:
+        code = ("" if n == 1 else f"import sys\n{fenced}sys.stdout.flush()\n") + (
+            "import time\ntime.sleep(60)"
+        )
+        return _python(code, tmp_path)
+
+    supervisor = Supervisor(tmp_path, SystemClock(), interval=0.02)
+    supervisor.add(Slot("replicator", command, lambda: 0.0))
+    supervisor.tick()
+    defaults: dict[str, object] = {
+        "supervisor": supervisor,
+        "clock": SystemClock(),
+        "rng": rng,
+        "relay_partitions": 4,
+        "mirror_slots": (),
+        "spark_jobs": {},
+        "restart_broker": lambda: None,
+        "restart_database": lambda: None,
+        "replicator": "replicator",
+        "replica_partitions": 3,
+        "replicator_pause_s": 0.1,
+    }
+    return FaultContext(**{**defaults, **extra})  # type: ignore[arg-type]
+
+
+def test_replicator_faults_are_skipped_without_a_replicator() -> None:
+    ctx = _context(FakeClock())
+    for action in (faults.kill9_replicator, faults.pause_replicator, faults.kill9_target_broker):
+        with pytest.raises(FaultSkipped):
+            action(ctx)
+
+
+def test_kill9_target_broker_restarts_the_second_cluster(tmp_path: Path) -> None:
+    restarted: list[str] = []
+    ctx = _replicator_context(
+        tmp_path, random.Random(1), restart_target_broker=lambda: restarted.append("target")
+    )
+    try:
+        outcome = faults.kill9_target_broker(ctx)
+    finally:
+        ctx.supervisor.shutdown(timeout=5)
+    assert restarted == ["target"]
+    assert outcome.target == "target Kafka broker"
+
+
+def test_kill9_replicator_kills_the_running_replicator(tmp_path: Path) -> None:
+    ctx = _replicator_context(tmp_path, random.Random(1))
+    process = ctx.supervisor.running("replicator")
+    assert process is not None
+    try:
+        outcome = faults.kill9_replicator(ctx)
+        _wait(lambda: process.poll() is not None)
+    finally:
+        ctx.supervisor.shutdown(timeout=5)
+    assert process.poll() == -signal.SIGKILL
+    assert outcome == Outcome(f"replicator pid {process.pid}", "SIGKILL")
+
+
+def test_pause_replicator_replaced_waits_until_every_partition_is_fenced(tmp_path: Path) -> None:
+    ctx = _replicator_context(tmp_path, _Scripted(0.9, 0.9))  # no trap; replace it
+    old = ctx.supervisor.running("replicator")
+    assert old is not None
+    try:
+        outcome = faults.pause_replicator(ctx)
+        new = ctx.supervisor.running("replicator")
+        assert new is not None and new is not old
+        assert ctx.supervisor.zombies == [old]
+        assert not is_stopped(old.pid)  # SIGCONT after the take-over
+    finally:
+        ctx.supervisor.shutdown(timeout=5)
+    assert outcome.detail == (
+        f"SIGSTOP anywhere; new replicator pid {new.pid} took over every partition; SIGCONT"
+    )
+
+
+def test_pause_replicator_held_resumes_the_same_process(tmp_path: Path) -> None:
+    ctx = _replicator_context(tmp_path, _Scripted(0.9, 0.1))  # no trap; hold it
+    old = ctx.supervisor.running("replicator")
+    assert old is not None
+    try:
+        outcome = faults.pause_replicator(ctx)
+        assert ctx.supervisor.running("replicator") is old
+        assert not ctx.supervisor.zombies
+        assert not is_stopped(old.pid)
+    finally:
+        ctx.supervisor.shutdown(timeout=5)
+    assert outcome.detail == "SIGSTOP anywhere; held 0 s; SIGCONT"
+
+
+def _relay_context(tmp_path: Path, scripts: dict[int, str]) -> FaultContext:
+    def command(n: int) -> Command:
+        return _python(f"import pathlib, sys, time\n{scripts[n]}", tmp_path)
+
+    supervisor = Supervisor(tmp_path, SystemClock(), interval=0.02)
+    supervisor.add(Slot("relay", command, lambda: 0.0))
+    supervisor.tick()
+    return FaultContext(
+        supervisor=supervisor,
+        clock=SystemClock(),
+        rng=_Scripted(0.9),  # no trap
+        relay_partitions=4,
+        mirror_slots=(),
+        spark_jobs={},
+        restart_broker=lambda: None,
+        restart_database=lambda: None,
+    )
+
+
+def _say(text: str) -> str:
+    return f"print({text!r}, flush=True)\n"
+
+
+def test_pause_relay_waits_until_the_relays_left_fenced_what_it_held(tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    ctx = _relay_context(
+        tmp_path,
+        {
+            # 1: left running by an earlier pause; takes partition 1 once 3 has started
+            1: f"while not pathlib.Path({str(go)!r}).exists(): time.sleep(0.02)\n"
+            + _say("relay partition 1: fenced, position 5")
+            + "time.sleep(60)",
+            # 2: the relay to pause, holding partitions 0 and 1
+            2: _say("taking relay partitions [0, 1, 2]")
+            + _say("handing relay partitions [2] on")
+            + "time.sleep(60)",
+            # 3: the new instance: takes partition 0
+            3: _say("relay partition 0: fenced, position 9")
+            + f"pathlib.Path({str(go)!r}).touch()\ntime.sleep(60)",
+        },
+    )
+    replaced = ctx.supervisor.replace("relay")  # 1 becomes a zombie, 2 the current relay
+    assert replaced is not None
+    paused = replaced[1]
+    _wait(lambda: b"handing" in paused.log_path.read_bytes())
+    try:
+        outcome = faults.pause_relay(ctx)
+        new = ctx.supervisor.running("relay")
+    finally:
+        ctx.supervisor.shutdown(timeout=5)
+    assert new is not None
+    assert outcome == Outcome(
+        f"relay pid {paused.pid}",
+        f"SIGSTOP anywhere; new relay pid {new.pid}; its partitions (0, 1) taken over; SIGCONT",
+    )
+
+
+def test_pause_relay_reports_partitions_not_taken_over(tmp_path: Path) -> None:
+    ctx = _relay_context(
+        tmp_path,
+        {
+            1: _say("taking relay partitions [0, 1]") + "time.sleep(60)",
+            2: _say("relay partition 0: fenced, position 9") + "sys.exit(5)",
+        },
+    )
+    paused = ctx.supervisor.running("relay")
+    assert paused is not None
+    _wait(lambda: b"taking" in paused.log_path.read_bytes())
+    try:
+        outcome = faults.pause_relay(ctx)
+    finally:
+        ctx.supervisor.shutdown(timeout=5)
+    assert outcome.detail.endswith("its partitions (0, 1) NOT taken over; SIGCONT")

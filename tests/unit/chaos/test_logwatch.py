@@ -1,0 +1,81 @@
+"""Reading the logs of processes under test: texts that appear, partitions fenced."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from relay.chaos.logwatch import (
+    Fenced,
+    LogReader,
+    appears_from_now,
+    reader_from_now,
+    relay_holdings,
+    relay_partitions_fenced,
+    source_partitions_fenced,
+)
+
+
+def test_partitions_fenced_by_a_relay_and_by_a_replicator() -> None:
+    relay = b"x relay partition 3: fenced, position 7\nx relay partition 1: published\n"
+    assert relay_partitions_fenced(relay) == {"3"}
+    replicator = (
+        b"INFO relay.replication.partition_replicator: chaos-accounts[2]: fenced, copying "
+        b"from offset 78\nINFO x: chaos-accounts[0]: start-up failed\n"
+        b"INFO y: dr.t[10]: fenced, copying from offset 0\n"
+    )
+    assert source_partitions_fenced(replicator) == {"chaos-accounts[2]", "dr.t[10]"}
+
+
+def test_fenced_finds_distinct_partitions_across_partial_lines(tmp_path: Path) -> None:
+    log = tmp_path / "replicator.log"
+    log.write_bytes(b"a[0]: fenced, copying from offset 1\na[1]: fenced, copy")
+    fenced = Fenced(LogReader(log), source_partitions_fenced)
+    assert fenced() == {"a[0]"}
+    with log.open("ab") as out:
+        out.write(b"ing from offset 5\na[0]: fenced, copying from offset 9\n")
+    assert fenced() == {"a[0]", "a[1]"}
+
+
+def test_fenced_from_now_ignores_earlier_fences(tmp_path: Path) -> None:
+    log = tmp_path / "relay.log"
+    log.write_bytes(b"relay partition 1: fenced, position 4\n")
+    fenced = Fenced(reader_from_now(log), relay_partitions_fenced)
+    assert fenced() == set()
+    with log.open("ab") as out:
+        out.write(b"relay partition 2: fenced, position 9\n")
+    assert fenced() == {"2"}
+
+
+def test_the_partitions_a_sharing_relay_holds() -> None:
+    log = (
+        b"x relay.commands.shared_run: taking relay partitions [0, 1, 2, 3]\n"
+        b"x relay partition 2: fenced, position 0\n"
+        b"x relay partition 2 released: relay partition 2: fenced 0.0 s into a "
+        b"transaction; the others go on\n"
+        b"x lost relay partitions [3]: the members group moved on without this process\n"
+        b"x handing relay partitions [0] on\n"
+        b"x taking relay partitions [3]\n"
+    )
+    assert relay_holdings(log) == {"1", "3"}
+    back = log + b"x relay partition 2: still assigned here, taking it back\n"
+    assert relay_holdings(back) == {"1", "2", "3"}
+    assert relay_holdings(b"x handing relay partitions [1, 2, 3] on\n" + back) == {"1", "2", "3"}
+
+
+def test_a_relay_that_never_took_partitions_holds_what_it_fenced() -> None:
+    log = b"relay partition 0: fenced, position 1\nrelay partition 3: fenced, position 2\n"
+    assert relay_holdings(log) == {"0", "3"}
+    assert relay_holdings(b"") == set()
+
+
+def test_appears_from_now_ignores_what_the_log_already_holds(tmp_path: Path) -> None:
+    log = tmp_path / "mirror.log"
+    log.write_bytes(b"assigned [0]\n")
+    appeared = appears_from_now(log, "assigned ")
+    assert not appeared()
+    with log.open("ab") as out:
+        out.write(b"assig")
+    assert not appeared()
+    with log.open("ab") as out:
+        out.write(b"ned [1]\n")
+    assert appeared()
