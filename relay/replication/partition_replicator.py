@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
+from typing import TypeVar
 
 from relay.errors import (
     AmbiguousCommitError,
@@ -46,6 +48,8 @@ from relay.runtime.failpoints import NO_FAILPOINTS, FailpointHook
 from relay.runtime.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class PartitionReplicator:
@@ -118,18 +122,29 @@ class PartitionReplicator:
     def start_retrying(self, stop: threading.Event | None = None) -> int | None:
         """:meth:`start`, tried again after transient errors (a broker restarting on either
         side) as the retry policy allows; None when ``stop`` is set meanwhile."""
-        attempt = 0
+        return self._retrying(lambda: "start-up", self.start, stop)
+
+    def _retrying(
+        self, what: Callable[[], str], attempt: Callable[[], T], stop: threading.Event | None
+    ) -> T | None:
+        """``attempt()`` until it succeeds, waiting the retry policy's delay after each
+        transient error; GaveUpError when the policy gives up, None when ``stop`` is set."""
+        attempts = 0
         while True:
-            attempt += 1
+            attempts += 1
             try:
-                return self.start()
+                return attempt()
             except RetriableError as exc:
-                if self._retry.gives_up_after(attempt):
+                if isinstance(exc, AmbiguousCommitError):
+                    self._unsettled = True  # the next attempt restarts first
+                if self._retry.gives_up_after(attempts):
                     raise GaveUpError(
-                        f"{self.route}: start-up failed {attempt} times, last error: {exc}"
+                        f"{self.route}: {what()} failed {attempts} times, last error: {exc}"
                     ) from exc
-                delay = self._retry.delay(attempt)
-                log.warning("%s: start-up failed (%s); retrying in %.1f s", self.route, exc, delay)
+                delay = self._retry.delay(attempts)
+                log.warning(
+                    "%s: %s failed (%s); retrying in %.1f s", self.route, what(), exc, delay
+                )
                 self._observer.retrying(self.route.topic, self.route.partition)
                 if self._clock.wait(delay, stop):
                     return None
@@ -146,24 +161,9 @@ class PartitionReplicator:
     ) -> ReplicaBatch | None:
         """Copy the next batch (source offsets below ``up_to``, if given) in one target
         transaction; None when no record came within ``wait_s``."""
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return self._try_batch(up_to, wait_s)
-            except RetriableError as exc:
-                if isinstance(exc, AmbiguousCommitError):
-                    self._unsettled = True
-                if self._retry.gives_up_after(attempt):
-                    raise GaveUpError(
-                        f"{self.route}: batch from offset {self._next} failed {attempt} "
-                        f"times, last error: {exc}"
-                    ) from exc
-                delay = self._retry.delay(attempt)
-                log.warning("%s: batch failed (%s); retrying in %.1f s", self.route, exc, delay)
-                self._observer.retrying(self.route.topic, self.route.partition)
-                if self._clock.wait(delay, stop):
-                    return None
+        return self._retrying(
+            lambda: f"batch from offset {self._next}", lambda: self._try_batch(up_to, wait_s), stop
+        )
 
     def _take(self, up_to: int | None, wait_s: float) -> list[SourceRecord]:
         if not self._read:
