@@ -268,7 +268,9 @@ def measure(
         "start_s": round(start_s, 2),
         "seconds": round(seconds, 2),
         "records_per_s": round(backlog.committed / seconds) if seconds > 0 else None,
-        "first_record_after_start_s": round(collector.first_at - ready_at, 2),
+        # 0 when the first copy came before start() returned (ours is ready only once
+        # every partition has fenced; a partition may copy before the last one has).
+        "first_record_after_start_s": round(max(0.0, collector.first_at - ready_at), 2),
         "seconds_from_start": round(from_start, 2),
         "records_per_s_from_start": round(backlog.committed / from_start)
         if from_start > 0
