@@ -29,8 +29,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from relay.chaos.replica_checker import ReplicaCheck
 
-EXAMPLES = 5
-Headers = tuple[tuple[str, bytes | None], ...]
+from relay.chaos.topic_records import EXAMPLES, TopicRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,18 +40,6 @@ class LedgerEntry:
     key: str
     version: int
     balance: int
-
-
-@dataclass(frozen=True, slots=True)
-class TopicRecord:
-    """One record a read_committed consumer saw."""
-
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: Headers = ()
-    timestamp: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

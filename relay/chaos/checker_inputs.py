@@ -25,13 +25,12 @@ from sqlalchemy import Engine, text
 from relay.chaos.checker import (
     AccountRow,
     CheckResult,
-    Headers,
     LedgerEntry,
-    TopicRecord,
     compare_events,
     compare_mirror,
 )
 from relay.chaos.replica_checker import compare_replica
+from relay.chaos.topic_records import Headers, TopicRecord
 from relay.chaos.workload import ACCOUNTS, LEDGER
 from relay.errors import CheckerError, KafkaError
 from relay.postgres.engine import make_engine

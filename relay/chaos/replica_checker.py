@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from relay.chaos.checker import EXAMPLES, TopicRecord
+from relay.chaos.topic_records import EXAMPLES, TopicRecord
 
 PROVENANCE = (
     "relay-source-cluster",

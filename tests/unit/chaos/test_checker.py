@@ -8,11 +8,11 @@ import json
 from relay.chaos.checker import (
     AccountRow,
     LedgerEntry,
-    TopicRecord,
     compare_events,
     compare_mirror,
     decode_event,
 )
+from relay.chaos.topic_records import TopicRecord
 
 
 def record(e: LedgerEntry, offset: int, partition: int = 0, **changes: object) -> TopicRecord:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from relay.chaos.checker import CheckResult, TopicRecord
+from relay.chaos.checker import CheckResult
 from relay.chaos.replica_checker import PROVENANCE, compare_replica, provenance
+from relay.chaos.topic_records import TopicRecord
 
 TOPIC = "chaos-accounts"
 
