@@ -13,7 +13,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 from relay.errors import RelayError, RetriableError
@@ -100,15 +100,10 @@ def with_end_offsets(
 ) -> list[ReplicaTask]:
     """``tasks`` with each source partition's last stable offset now: what a run that
     copies everything committed so far copies up to (the Spark driver's step)."""
-    ended = []
-    for task in tasks:
-        reader = KafkaSourceReader(settings, task.route)
-        try:
-            end = reader.end_offset()
-        finally:
-            reader.close()
-        ended.append(ReplicaTask(task.route, task.source_alias, task.max_message_bytes, end))
-    return ended
+    ends = last_stable_offsets(settings, [(t.route.topic, t.route.partition) for t in tasks])
+    return [
+        replace(task, end_offset=ends[(task.route.topic, task.route.partition)]) for task in tasks
+    ]
 
 
 def replicate_partition(settings: ReplicateSettings, task: ReplicaTask) -> ReplicaResult:
