@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 from sqlalchemy.pool import NullPool
 
+from relay.devenv import databases
 from relay.postgres import migrations
 from relay.runtime.secrets import Secret
 
@@ -144,20 +145,11 @@ def fresh_database(admin_url: str, name: str, setup_sql: str = "") -> str:
     return url
 
 
-def drop_database(admin_url: str, name: str, attempts: int = 5) -> None:
-    """Drop ``name``. A plain DROP cancels autovacuum workers by itself; WITH (FORCE) ends
-    other sessions but refuses, for a role without pg_signal_backend, when an autovacuum
-    worker is in the database; so both are tried, a few times."""
-    plain = f'DROP DATABASE IF EXISTS "{name}"'
-    for attempt in range(attempts):
-        for statement in (plain, f"{plain} WITH (FORCE)"):
-            try:
-                autocommit(admin_url, statement)
-                return
-            except sa.exc.DBAPIError:
-                if attempt == attempts - 1 and statement != plain:
-                    raise
-        time.sleep(1)
+def drop_database(admin_url: str, name: str) -> None:
+    databases.drop_database(
+        sa.make_url(admin_url).set(drivername="postgresql").render_as_string(hide_password=False),
+        name,
+    )
 
 
 @contextmanager

@@ -28,6 +28,7 @@ from sqlalchemy.engine import URL, make_url
 
 from relay import devenv
 from relay.devenv import Endpoints, SaslEndpoint
+from relay.devenv.databases import drop_database
 
 _INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
 
@@ -176,12 +177,10 @@ def make_database(endpoints: Endpoints) -> Iterator[Callable[[], str]]:
         return target.render_as_string(hide_password=False)
 
     yield make
-    with psycopg.connect(admin, autocommit=True) as conn:
-        for name, own_role in created:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
-            if own_role:
+    for name, own_role in created:
+        drop_database(admin, name)
+        if own_role:
+            with psycopg.connect(admin, autocommit=True) as conn:
                 conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
 
 

@@ -114,6 +114,9 @@ def _bootstrap(paths: ClusterPaths, port: int) -> None:
                 sql.Literal(DB_PASSWORD),
             )
         )
+        # Tests and benchmarks drop scratch databases WITH (FORCE), which must be allowed to
+        # end an autovacuum worker in them.
+        conn.execute(sql.SQL("GRANT pg_signal_backend TO {}").format(sql.Identifier(DB_USER)))
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DB_NAME,)).fetchone():
             conn.execute(
                 sql.SQL("CREATE DATABASE {} OWNER {}").format(

@@ -54,8 +54,13 @@ def recreate(admin: AdminClient, topic: str, partitions: int) -> str:
         return True
 
     wait_until(created, 60, f"topic {topic} to be created again")
+    # The metadata may not name the new topic yet right after its creation: ask again.
+    wait_until(
+        lambda: topic_id(admin, topic) not in (None, old) and _leaders(admin, topic, partitions),
+        60,
+        "leaders",
+    )
     new = topic_id(admin, topic)
-    wait_until(lambda: new is not None and _leaders(admin, topic, partitions), 60, "leaders")
     assert new is not None and new != old
     return new
 
