@@ -2,8 +2,9 @@
 
 Both ``relay mirror`` (continuous, group subscription or ``--once``, manual assignment)
 and each Spark task of ``jobs/mirror.py`` run this loop. A batch of one partition is
-applied when it is full, when the partition is read up to its last stable offset, when
-nothing more arrives, or when its first record has waited ``max_wait_s``.
+applied when it is full, when the partition is read up to its last stable offset (once
+everything the consumer has already fetched is buffered), when nothing more arrives, or
+when its first record has waited ``max_wait_s``.
 
 Where each partition starts comes only from the database (:meth:`MirrorLoop.assigned`).
 When the compare-and-set of the stored offset fails, another consumer has applied the
@@ -160,17 +161,18 @@ class MirrorLoop:
         next_progress = self._clock.monotonic() + self._progress_every_s
         while not self._stop.is_set() and not self.finished():
             try:
-                event = stream.poll(poll_timeout)
+                ended = self._take_fetched(stream, poll_timeout)
             except OffsetOutOfRangeError as gone:
                 self._explain(gone)
                 raise
             now = self._clock.monotonic()
-            if event is None:
+            if ended is None:
                 self._flush_all()
-            elif isinstance(event, PartitionEnd):
-                self._on_end(event)
             else:
-                self._on_record(event, now)
+                for tp in ended:
+                    cursor = self._cursors.get(tp)  # None: revoked meanwhile
+                    if cursor is not None:
+                        self._flush(cursor)
             self._flush_waiting(now)
             if self._targets is None and now >= next_progress:
                 stored = {tp: cursor.stored for tp, cursor in self._cursors.items()}
@@ -189,6 +191,31 @@ class MirrorLoop:
     def summary(self) -> MirrorSummary:
         return RunSummary(tuple(self._stats[tp] for tp in sorted(self._stats)))
 
+    def _take_fetched(
+        self, stream: RecordStream, timeout: float
+    ) -> dict[TopicPartitionKey, None] | None:
+        """Buffer one event (waiting up to ``timeout`` for it), then those the consumer
+        has already fetched, up to ``batch_size`` events; the partitions that reached
+        their end meanwhile, or None when nothing came. A partition end is acted on only
+        once what was fetched with it is buffered: a mirror that fell behind finds an
+        end reported after every fetch, and one batch per stale end kept it behind."""
+        event = stream.poll(timeout)
+        if event is None:
+            return None
+        ended: dict[TopicPartitionKey, None] = {}  # in the order they ended
+        taken = 0
+        while event is not None:
+            if isinstance(event, PartitionEnd):
+                if self._on_end(event):
+                    ended[(event.topic, event.partition)] = None
+            else:
+                self._on_record(event, self._clock.monotonic())
+            taken += 1
+            if taken >= self._batch_size or self._stop.is_set():
+                break
+            event = stream.poll(0)
+        return ended
+
     def _on_record(self, record: KafkaRecord, now: float) -> None:
         cursor = self._cursors.get((record.topic, record.partition))
         if cursor is None or record.offset < cursor.fetched:
@@ -206,14 +233,15 @@ class MirrorLoop:
         if len(cursor.buffer) >= self._batch_size:
             self._flush(cursor)
 
-    def _on_end(self, end: PartitionEnd) -> None:
+    def _on_end(self, end: PartitionEnd) -> bool:
+        """The partition is read up to ``end``; False when it is not ours."""
         cursor = self._cursors.get((end.topic, end.partition))
         if cursor is None:
-            return
+            return False
         offset = end.offset if cursor.target is None else min(end.offset, cursor.target)
         cursor.fetched = max(cursor.fetched, offset)
         cursor.received = self._clock.monotonic()
-        self._flush(cursor)
+        return True
 
     def _flush_all(self) -> None:
         for cursor in list(self._cursors.values()):

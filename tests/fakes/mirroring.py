@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -217,3 +218,40 @@ def logs_of(records: Sequence[KafkaRecord]) -> dict[TopicPartitionKey, list[Kafk
 
 def names(store: MemoryStore) -> Mapping[object, object]:
     return {key[1][0]: row["name"] for key, row in store.rows.items()}
+
+
+@dataclass
+class FetchedStream:
+    """What a continuous consumer that fell behind has already fetched: records and the
+    partition ends reported after each fetch, delivered in that order; after them nothing,
+    and ``stop`` is set (the loop's run ends)."""
+
+    events: list[KafkaRecord | PartitionEnd]
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def assign(self, partitions: Sequence[TopicPartitionKey], listener: AssignmentListener) -> None:
+        listener.assigned(list(partitions))
+
+    def poll(self, timeout: float) -> KafkaRecord | PartitionEnd | None:
+        if self.events:
+            return self.events.pop(0)
+        self.stop.set()
+        return None
+
+    def seek(self, topic: str, partition: int, offset: int | None) -> None:
+        raise AssertionError("no conflict expected")
+
+    def last_stable_offsets(
+        self, partitions: Sequence[TopicPartitionKey]
+    ) -> dict[TopicPartitionKey, int]:
+        raise AssertionError("a continuous loop has no targets")
+
+
+def fetched_in_rounds(rounds: int, partitions: int) -> list[KafkaRecord | PartitionEnd]:
+    """``rounds`` fetches of one record per partition, each round ending every partition."""
+    events: list[KafkaRecord | PartitionEnd] = []
+    for offset in range(rounds):
+        for p in range(partitions):
+            events.append(record(offset, p * 1000 + offset, f"n{offset}", p))
+            events.append(PartitionEnd("t", p, offset + 1))
+    return events

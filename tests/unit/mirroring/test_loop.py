@@ -12,7 +12,16 @@ from relay.mirroring.applier import Applier
 from relay.mirroring.loop import MirrorLoop
 from relay.mirroring.types import Batch, Delete, TopicPartitionKey, Upsert
 from relay.runtime.retry import RetryPolicy
-from tests.fakes.mirroring import FakeStream, MemoryStore, items_table, logs_of, names, record
+from tests.fakes.mirroring import (
+    FakeStream,
+    FetchedStream,
+    MemoryStore,
+    fetched_in_rounds,
+    items_table,
+    logs_of,
+    names,
+    record,
+)
 
 P0: TopicPartitionKey = ("t", 0)
 P1: TopicPartitionKey = ("t", 1)
@@ -254,3 +263,20 @@ def test_a_record_that_never_heals_is_dead_lettered_after_its_retries() -> None:
     ]
     assert [offset for _, _, offset in store.applied] == [0, 2]
     assert store.offsets == {P0: 3}
+
+
+def test_partition_ends_already_overtaken_do_not_cut_batches() -> None:
+    """A continuous mirror that fell behind finds records and the partition ends reported
+    after each fetch queued together: everything fetched is applied in one batch per
+    partition, not in one batch per stale partition end (which kept it behind)."""
+    store = MemoryStore()
+    batches: list[tuple[TopicPartitionKey, int]] = []
+    store.before_apply = lambda batch: batches.append(
+        ((batch.topic, batch.partition), len(batch.items))
+    )
+    stream = FetchedStream(fetched_in_rounds(rounds=5, partitions=2))
+    loop = make_loop(store, None)
+    stream.assign([P0, P1], loop)
+    loop.run(stream, stream.stop)
+    assert sorted(batches) == [(P0, 5), (P1, 5)]
+    assert store.offsets == {P0: 5, P1: 5}

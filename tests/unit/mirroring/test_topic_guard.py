@@ -132,7 +132,7 @@ def test_one_description_after_the_records_arrived_serves_every_partition() -> N
     directory = FakeDirectory({"t": TopicIdentity("id", 2)})
     run_loop(store, stream, directory)
     assert names(store) == {1: "a", 2: "b"}
-    assert 2 <= len(directory.asked) <= 3  # assignment, then per round of batches, not per batch
+    assert len(directory.asked) == 2  # at assignment, then once for the batches of both
 
 
 def test_partitions_added_while_mirrored_are_reported_once(
