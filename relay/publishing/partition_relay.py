@@ -1,6 +1,6 @@
 """Publishing one relay partition: the loop both `relay run` and the Spark job drive.
 
-Start-up::
+Start-up (the checks: :mod:`relay.publishing.positions`)::
 
     fence (take the partition over)  ->  read the committed position and its owner
     ->  refuse it if another database or prefix committed it, if it is beyond anything
@@ -9,7 +9,8 @@ Start-up::
 Order of one batch (one Kafka transaction)::
 
     fetch rows seq > position  ->  begin  ->  send rows  ->  commit(rows + new position)
-    ->  position = last seq  ->  record the floor, delete rows <= position (housekeeping,
+    ->  position = last seq  ->  at most every ``housekeeping_every_s``, and whenever
+        nothing is pending: record the floor, delete rows <= position (housekeeping,
         after the commit, one database transaction)
 
 The position lives only in Kafka, committed atomically with the records, and it is read
@@ -28,7 +29,6 @@ from collections.abc import Sequence
 from relay.errors import (
     AmbiguousCommitError,
     GaveUpError,
-    PositionsMismatchError,
     ProducerFencedError,
     RelayError,
     RetriableError,
@@ -41,9 +41,9 @@ from relay.publishing.ports import (
     RelayObserver,
     TransactionalPublisher,
 )
+from relay.publishing.positions import checked_position
 from relay.publishing.types import (
     BatchResult,
-    CommittedPosition,
     DrainResult,
     OutboxRecord,
     PositionOwner,
@@ -56,6 +56,9 @@ from relay.runtime.retry import RetryPolicy
 log = logging.getLogger(__name__)
 
 _COUNT_CHANGE_POLL_S = 0.2
+HOUSEKEEPING_EVERY_S = 1.0
+"""How often a busy partition deletes its published rows: a database transaction (and,
+on a durable server, a WAL flush) per batch took a fifth of a small batch's time."""
 _COUNT_CHANGE_WAIT_S = 120.0
 
 
@@ -73,6 +76,7 @@ class PartitionRelay:
         batch_bytes: int = 16 * 1024 * 1024,
         transaction_timeout_s: float | None = None,
         cleanup: bool = True,
+        housekeeping_every_s: float = HOUSEKEEPING_EVERY_S,
         retry: RetryPolicy | None = None,
         clock: Clock | None = None,
         failpoints: FailpointHook | None = None,
@@ -84,6 +88,9 @@ class PartitionRelay:
         self._owner = owner
         self._limits = BatchLimits(batch_size, batch_bytes, transaction_timeout_s)
         self._cleanup = cleanup
+        self._housekeeping_every_s = housekeeping_every_s
+        self._housekept = 0  # the position up to which the database recorded publishing
+        self._housekept_at = 0.0
         self._retry = retry or RetryPolicy()
         self._clock = clock or SystemClock()
         self._failpoints = failpoints or NO_FAILPOINTS
@@ -101,51 +108,21 @@ class PartitionRelay:
     def start(self) -> int:
         """Fence previous owners, learn the committed position and check it."""
         committed = self._publisher.fence()
-        self._check_owner(committed)
-        position = committed.position
-        assigned = self._source.last_assigned_seq()
-        if position > assigned:
-            raise PositionsMismatchError(
-                f"relay partition {self.partition}: the positions group says seq {position} "
-                f"was published, but this database never assigned a seq above {assigned}; "
-                "the positions group belongs to another outbox database "
-                "(set RELAY_POSITIONS_GROUP to a group of this database's own)"
-            )
-        floor = self._source.published_floor(self.partition)
-        if position < floor:
-            raise PositionsMismatchError(
-                f"relay partition {self.partition}: the positions group holds position "
-                f"{position}, below what this database recorded as published (seq {floor}): "
-                "its offsets expired or were deleted, and using them would publish rows "
-                "again. Check that the topics hold the rows up to that seq, then run "
-                "`relay positions restore` (docs/operations.md)"
-            )
+        position = checked_position(
+            self.partition,
+            committed,
+            self._owner,
+            assigned=self._source.last_assigned_seq(),
+            floor=self._source.published_floor(self.partition),
+        )
         self._position = position
         self._committed_at = self._clock.monotonic()  # or as good as: read back just now
         log.info("relay partition %d: fenced, position %d", self.partition, self._position)
         self._failpoints.hit("startup", self.partition)
-        self._source.record_published(self.partition, position, delete_rows=self._cleanup)
+        self._housekept = 0
+        self.housekeep()
         self._observer.running(self.partition, position)
         return self._position
-
-    def _check_owner(self, committed: CommittedPosition) -> None:
-        found = committed.owner
-        if found is None or found == self._owner:
-            return  # None: committed before owners were recorded; the next commit adds it
-        if found.database_id != self._owner.database_id:
-            raise PositionsMismatchError(
-                f"relay partition {self.partition}: the position in the positions group was "
-                f"committed for another outbox database ({found.database_id}, this one is "
-                f"{self._owner.database_id}); give each database a positions group of its "
-                "own (RELAY_POSITIONS_GROUP), or leave it and the prefix unset to use the "
-                "database's defaults"
-            )
-        raise PositionsMismatchError(
-            f"relay partition {self.partition}: the positions group is used by relays with "
-            f"transactional-id prefix {found.transactional_id_prefix!r}, this one has "
-            f"{self._owner.transactional_id_prefix!r}; relays with different prefixes do not "
-            "fence each other, so they must not share a positions group"
-        )
 
     def _restart(self) -> None:
         """After a failed transaction: a new producer, fenced again (which settles a
@@ -195,6 +172,15 @@ class PartitionRelay:
             "partition's transactional id and took the partition over; this instance stops",
             code=exc.code,
         )
+
+    def housekeep(self) -> None:
+        """Record the position as published in the database (the floor) and delete the
+        rows up to it, when the position moved since the last time."""
+        position = self.position
+        if position > self._housekept:
+            self._source.record_published(self.partition, position, delete_rows=self._cleanup)
+            self._housekept = position
+        self._housekept_at = self._clock.monotonic()
 
     def keep_alive(self) -> None:
         """Commit the unchanged position again, so that the broker's offset retention
@@ -277,6 +263,7 @@ class PartitionRelay:
         position = self.position
         records = self._source.fetch(self.partition, position, self._limits.rows, up_to_seq)
         if not records:
+            self.housekeep()  # idle: catch up
             return None
         records = self._limits.take(records)
         last_seq = records[-1].seq
@@ -301,7 +288,8 @@ class PartitionRelay:
         self._observer.transaction(self.partition, committed=True)
         self._observer.published(self.partition, len(records), self._committed_at - began)
         self._failpoints.hit("after_commit", self.partition)
-        self._source.record_published(self.partition, last_seq, delete_rows=self._cleanup)
+        if self._committed_at - self._housekept_at >= self._housekeeping_every_s:
+            self.housekeep()
         return BatchResult(self.partition, len(records), records[0].seq, last_seq)
 
     def drain(self, stop: threading.Event | None = None) -> DrainResult:
@@ -321,6 +309,9 @@ class PartitionRelay:
                     break
                 records += result.records
                 batches += 1
+            # The floors tell the other partitions which rows below a count change's
+            # barrier are published (0009_live_partition_count): record ours before waiting.
+            self.housekeep()
             if not held or not self._wait_for_count_change(held_since, stop):
                 break
         if batches == 0 and self.position > 0:
@@ -344,7 +335,14 @@ class PartitionRelay:
         return not self._clock.wait(_COUNT_CHANGE_POLL_S, stop)
 
     def close(self) -> None:
-        self._publisher.close()
+        """Close the producer, after recording what was published (best effort)."""
+        try:
+            if self._position is not None:
+                self.housekeep()
+        except RetriableError as exc:
+            log.warning("relay partition %d: recording what was published: %s", self.partition, exc)
+        finally:
+            self._publisher.close()
 
 
 def _what_failed(exc: RetriableError, unsettled: bool) -> str:

@@ -287,3 +287,43 @@ def test_after_an_aborted_batch_the_position_is_read_again_before_retrying() -> 
     )
     zombie.drain()
     assert [r.seq for r in kafka.committed] == [1, 2, 3, 4, 5]  # 1..3 once, not again
+
+
+def test_a_busy_partition_deletes_its_published_rows_at_most_every_interval() -> None:
+    """Housekeeping (the floor, deleting published rows) runs after a batch only when the
+    interval has passed since the last time, and whenever nothing is pending."""
+    outbox, kafka = MemoryOutbox(), MemoryKafka()
+    outbox.add(*(record(0, s) for s in range(1, 7)))
+    clock = FakeClock()
+    relay = PartitionRelay(
+        0,
+        outbox,
+        kafka.publisher(0),
+        owner=OWNER,
+        clock=clock,
+        batch_size=2,
+        housekeeping_every_s=1.0,
+    )
+    relay.start()
+    relay.publish_batch()
+    relay.publish_batch()
+    assert (outbox.published_floor(0), len(outbox.rows[0])) == (0, 6)  # within the interval
+    clock.now += 1.0
+    relay.publish_batch()  # seq 5..6, and the interval has passed
+    assert (outbox.published_floor(0), outbox.rows[0]) == (6, [])
+    outbox.add(record(0, 7))
+    relay.publish_batch()
+    assert (outbox.published_floor(0), len(outbox.rows[0])) == (6, 1)
+    assert relay.publish_batch() is None  # nothing pending: catch up at once
+    assert (outbox.published_floor(0), outbox.rows[0]) == (7, [])
+
+
+def test_closing_records_what_was_published() -> None:
+    outbox, kafka = MemoryOutbox(), MemoryKafka()
+    outbox.add(*(record(0, s) for s in range(1, 3)))
+    relay = make(outbox, kafka, housekeeping_every_s=60.0)
+    relay.start()
+    relay.publish_batch()
+    assert outbox.published_floor(0) == 0
+    relay.close()
+    assert (outbox.published_floor(0), outbox.rows[0]) == (2, [])
