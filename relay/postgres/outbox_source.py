@@ -7,9 +7,9 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, Row, text
 
 from relay.errors import ConfigurationError, InvalidEventError
 from relay.postgres.engine import database_errors
@@ -17,34 +17,58 @@ from relay.publishing.events import decode_headers
 from relay.publishing.types import Headers, OutboxIdentity, OutboxRecord
 from relay.runtime.secrets import Secret
 
-# Committed rows of a relay partition in position order (I2, docs/invariants.md): rows
-# sequenced before 0007_commit_markers carry their seq; later ones are at base + ordinal
-# of their transaction's marker in outbox_commits.
+# Committed rows of a relay partition in position order (I2, docs/invariants.md), at
+# base + ordinal of their transaction's marker in outbox_commits. The markers read are
+# those whose positions before them number fewer than ``limit`` (in position order, from
+# the pkey), so a fetch reads the transactions it returns rows of, whatever the plan, not
+# the backlog. Each marker reads its rows by id range (ids increase with ordinals within a
+# transaction: the identity is GENERATED ALWAYS); a marker none of whose rows are left in
+# range (dead-lettered) yields one row of NULLs with its last position, so that the reader
+# moves past it.
 _FETCH = text(
     """
-    SELECT r.id, r.seq, r.topic, r.key, r.value, r.event_type, r.headers::text,
-           (extract(epoch FROM r.created_at) * 1000)::int8
-    FROM (
-      SELECT o.id, o.seq, o.topic, o.key, o.value, o.event_type, o.headers, o.created_at
-      FROM outbox o
-      WHERE o.partition = :partition AND o.seq > :after AND o.seq <= :up_to
-      UNION ALL
-      SELECT o.id, m.base + o.ordinal, o.topic, o.key, o.value, o.event_type, o.headers,
-             o.created_at
+    WITH markers AS (
+      SELECT c.*, sum(c.positions) OVER (ORDER BY c.last_seq) - c.positions AS before
       FROM (
-        SELECT base, txid, first_id, last_id FROM outbox_commits
+        SELECT base, txid, first_id, last_id, last_seq,
+               least(last_seq, :up_to) - greatest(first_seq, :after + 1) + 1 AS positions
+        FROM outbox_commits
         WHERE partition = :partition AND last_seq > :after AND first_seq <= :up_to
         ORDER BY last_seq
         LIMIT :limit
-      ) m
-      JOIN outbox o
-        ON o.id BETWEEN m.first_id AND m.last_id AND o.txid = m.txid
+      ) c
+    )
+    SELECT o.id, m.base + o.ordinal, o.topic, o.key, o.value, o.event_type, o.headers::text,
+           (extract(epoch FROM o.created_at) * 1000)::int8, least(m.last_seq, :up_to)
+    FROM markers m
+    LEFT JOIN LATERAL (
+      SELECT o.id, o.ordinal, o.topic, o.key, o.value, o.event_type, o.headers, o.created_at
+      FROM outbox o
+      WHERE o.id BETWEEN m.first_id AND m.last_id AND o.txid = m.txid
         AND o.partition = :partition
-    ) r
-    WHERE r.seq > :after AND r.seq <= :up_to
-    ORDER BY r.seq
+        AND o.ordinal > :after - m.base AND o.ordinal <= :up_to - m.base
+      ORDER BY o.id
+      LIMIT :limit
+    ) o ON true
+    WHERE m.before < :limit
+    ORDER BY m.last_seq, o.id
     LIMIT :limit
     """
+)
+# Rows sequenced before 0007_commit_markers carry their seq, below every marker's
+# positions; none are written any more, so a partition stops asking once it has none left.
+_FETCH_LEGACY = text(
+    """
+    SELECT o.id, o.seq, o.topic, o.key, o.value, o.event_type, o.headers::text,
+           (extract(epoch FROM o.created_at) * 1000)::int8, o.seq
+    FROM outbox o
+    WHERE o.partition = :partition AND o.seq > :after AND o.seq <= :up_to
+    ORDER BY o.seq
+    LIMIT :limit
+    """
+)
+_HAS_LEGACY = text(
+    "SELECT EXISTS (SELECT FROM outbox WHERE partition = :partition AND seq > :after)"
 )
 # How far the partition is settled: every position at or below it is committed and
 # visible, or will never exist. NULL when a writer that does not finish holds it up.
@@ -131,6 +155,7 @@ class PostgresOutboxSource:
         self._held_up_warning_s = held_up_warning_s
         self._horizons: dict[int, int] = {}
         self._held_up_since: dict[int, float] = {}
+        self._without_legacy: set[int] = set()  # partitions with no row of a seq of its own
 
     @contextmanager
     def _connection(self, doing: str, *, begin: bool = False) -> Iterator[Connection]:
@@ -186,17 +211,42 @@ class PostgresOutboxSource:
     ) -> Sequence[OutboxRecord]:
         with self._connection("reading the outbox") as conn:
             settled = self._horizon(conn, partition)
-            params = {
-                "partition": partition,
-                "after": after_seq,
-                "up_to": settled if up_to_seq is None else min(settled, up_to_seq),
-                "limit": limit,
-            }
-            rows = conn.execute(_FETCH, params).all()
+            up_to = settled if up_to_seq is None else min(settled, up_to_seq)
+            after = after_seq
+            while after < up_to:
+                rows = self._read(conn, partition, after, up_to, limit)
+                records = self._records(partition, rows)
+                if records or not rows:
+                    return records
+                # Only rows just dead-lettered, or positions whose rows are gone: read on
+                # from the last position seen rather than end the batch empty.
+                after = max(int(row[-1]) for row in rows)
+        return []
+
+    def _read(
+        self, conn: Connection, partition: int, after: int, up_to: int, limit: int
+    ) -> list[Row[Any]]:
+        """Up to ``limit`` rows, position order: (id, position, topic, key, value,
+        event type, headers JSON, created_at ms, position reached); id None for a marker
+        whose rows are gone."""
+        params = {"partition": partition, "after": after, "up_to": up_to, "limit": limit}
+        rows: list[Row[Any]] = []
+        if partition not in self._without_legacy:
+            rows = list(conn.execute(_FETCH_LEGACY, params).all())
+            if not rows and not conn.execute(_HAS_LEGACY, params).scalar_one():
+                self._without_legacy.add(partition)
+        if len(rows) < limit:
+            rows += conn.execute(_FETCH, {**params, "limit": limit - len(rows)}).all()
+        return rows
+
+    def _records(self, partition: int, rows: list[Row[Any]]) -> list[OutboxRecord]:
+        """The rows as records; unreadable ones are dead-lettered."""
         records: list[OutboxRecord] = []
         unreadable: dict[int, str] = {}
         append = records.append
-        for outbox_id, seq, topic, key, value, event_type, headers_json, at_ms in rows:
+        for outbox_id, seq, topic, key, value, event_type, headers_json, at_ms, _ in rows:
+            if outbox_id is None:
+                continue
             if headers_json == "[]":  # most rows: no headers of the event's own
                 headers: Headers = ()
             else:

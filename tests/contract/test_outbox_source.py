@@ -226,6 +226,21 @@ def test_dead_letter_moves_several_rows_at_once(outbox: OutboxHarness) -> None:
     assert outbox.dead_letters() == [(rows[0].id, "refused"), (rows[3].id, "refused")]
 
 
+@pytest.mark.parametrize("per_transaction", [1, 3])
+def test_fetch_reads_past_a_batch_of_positions_whose_rows_were_dead_lettered(
+    outbox: OutboxHarness, per_transaction: int
+) -> None:
+    """A fetch returns the next rows even when the first ``limit`` positions after
+    ``after_seq`` lost their rows: an empty batch would read as a drained partition."""
+    gone = [row for _ in range(4) for row in outbox.write(0, per_transaction)]
+    kept = outbox.write(0, 2)
+    source = outbox.source
+    assert source.dead_letter(0, [row.id for row in gone], "refused") == len(gone)
+    assert list(source.fetch(0, 0, 2)) == kept
+    assert list(source.fetch(0, 0, 1)) == kept[:1]
+    assert list(source.fetch(0, 0, 1, up_to_seq=gone[-1].seq)) == []
+
+
 def test_record_published_removes_the_rows_up_to_the_position(outbox: OutboxHarness) -> None:
     rows = [row for _ in range(4) for row in outbox.write(0, 1)]  # one per transaction
     elsewhere = [row for _ in range(2) for row in outbox.write(1, 1)]

@@ -117,12 +117,14 @@ MALFORMED_HEADERS = (
 )
 
 
+@pytest.mark.parametrize("batch_size", [1000, 2], ids=["batches of 1000", "batches of 2"])
 def test_rows_written_by_plain_sql_that_cannot_become_records_are_dead_lettered(
-    relay_env: RelayTestEnv, topic: str
+    relay_env: RelayTestEnv, topic: str, batch_size: int
 ) -> None:
     """Rows from plain SQL, COPY or another language with malformed headers go to
-    outbox_dead_letters; the good rows around them are published; the run exits 0. Headers
-    that are not even an array are refused by the database itself."""
+    outbox_dead_letters; the good rows around them are published; the run exits 0, also
+    when a whole batch is malformed. Headers that are not even an array are refused by
+    the database itself."""
     with pytest.raises(sa.exc.IntegrityError, match="outbox_headers_array"):
         relay_env.sql(
             "INSERT INTO outbox (topic, key, value, headers) "
@@ -144,7 +146,7 @@ def test_rows_written_by_plain_sql_that_cannot_become_records_are_dead_lettered(
         relay_env.database_url, [relay.Event(topic, "k", {"n": n}) for n in range(3, 6)]
     )
 
-    result = run_relay(relay_env, "run", "--once")
+    result = run_relay(relay_env, "run", "--once", RELAY_BATCH_SIZE=str(batch_size))
     assert result.returncode == 0, result.stderr
 
     dead = dict(relay_env.sql("SELECT outbox_id, error FROM outbox_dead_letters"))  # type: ignore[arg-type]

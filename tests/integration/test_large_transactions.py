@@ -1,8 +1,11 @@
-"""A transaction with many outbox rows commits in time linear in its rows.
+"""Large transactions cost time linear in their rows, to commit and to publish.
 
 Once, the commit-time trigger fired per outbox row and each firing walked every row the
 transaction had updated (n firings x n rows). Now only the transaction's first row queues
 the trigger (0007_commit_markers), which reads the transaction's rows a few times over.
+Once, too, each fetch of the relay joined every unpublished marker of its partition with
+its rows and kept the first batch: a backlog of large transactions was read whole for
+every batch (the backlog's rows x its batches).
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
 import relay
+from relay.postgres.outbox_source import PostgresOutboxSource
+from relay.runtime.secrets import Secret
 from tests.integration.support import RelayTestEnv
 
 ROWS = 3000
@@ -55,3 +60,54 @@ def test_the_commit_of_a_large_transaction_reads_each_row_a_bounded_number_of_ti
     finally:
         engine.dispose()
     assert read <= 10 * ROWS, f"{read} outbox rows read to commit {ROWS} rows"
+
+
+BACKLOG_TRANSACTIONS = 12
+BATCH = 200
+
+
+@pytest.mark.parametrize("analysed", ["backlog", "empty"])
+def test_a_fetch_reads_the_rows_it_returns_not_the_backlog(
+    relay_env: RelayTestEnv, analysed: str
+) -> None:
+    """A backlog of large transactions over every relay partition; a fetch of ``BATCH``
+    rows of one partition, from the start and from inside a transaction, reads at most
+    the transactions it returns rows of, whatever the statistics say."""
+    engine = sa.create_engine(relay_env.database_url, poolclass=NullPool)
+    try:
+        if analysed == "empty":
+            with engine.connect() as conn:
+                conn.execute(sa.text("ANALYZE outbox; ANALYZE outbox_commits"))
+                conn.commit()
+        for t in range(BACKLOG_TRANSACTIONS):
+            with engine.begin() as conn:
+                relay.publish_many(
+                    conn, [relay.Event("t", f"k{n}", {"t": t, "n": n}) for n in range(ROWS)]
+                )
+        with engine.connect() as conn:
+            if analysed == "backlog":
+                conn.execute(sa.text("ANALYZE outbox; ANALYZE outbox_commits"))
+                conn.commit()
+            expected = [
+                (int(row.id), int(row.position))
+                for row in conn.execute(
+                    sa.text(
+                        "SELECT id, position FROM outbox_positions WHERE partition = 0 "
+                        "ORDER BY position"
+                    )
+                )
+            ]
+        source = PostgresOutboxSource(engine, Secret(relay_env.database_url))
+        source.fetch(0, 0, 1)  # learns that no row predates the commit markers
+        for after in (0, expected[BATCH][1]):
+            with engine.connect() as conn:
+                before = _outbox_rows_read(conn)
+            fetched = source.fetch(0, after, BATCH)
+            with engine.connect() as conn:
+                read = _outbox_rows_read(conn) - before
+            assert [(r.id, r.seq) for r in fetched] == [
+                pair for pair in expected if pair[1] > after
+            ][:BATCH]
+            assert read <= 2 * ROWS, f"{read} outbox rows read to fetch {BATCH} rows"
+    finally:
+        engine.dispose()
