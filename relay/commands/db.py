@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from relay.postgres import migrations
 from relay.postgres.engine import make_engine
 from relay.postgres.migrations import SchemaRevision
-from relay.postgres.outbox_source import CountChange, change_partition_count
+from relay.postgres.outbox_partitions import CountChange, change_partition_count
 from relay.postgres.roles import grant_roles
 from relay.runtime.secrets import Secret
 

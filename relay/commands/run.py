@@ -25,7 +25,7 @@ from relay.commands.startup import (
 from relay.errors import ProducerFencedError, RetriableError
 from relay.kafka.membership import KafkaMembership
 from relay.postgres.engine import make_engine
-from relay.postgres.outbox_source import committed_tops, relay_partitions
+from relay.postgres.outbox_partitions import committed_tops, relay_partitions
 from relay.postgres.outbox_status import outbox_status
 from relay.publishing.partition_relay import PartitionRelay
 from relay.publishing.types import DrainResult, PositionOwner

@@ -12,7 +12,8 @@ from relay.kafka.admin import admin_client, check_broker, ensure_positions_topic
 from relay.kafka.publisher import KafkaTransactionalPublisher
 from relay.postgres.engine import database_errors
 from relay.postgres.migrations import check_schema
-from relay.postgres.outbox_source import PostgresOutboxSource, relay_partitions, stranded_rows
+from relay.postgres.outbox_partitions import relay_partitions, stranded_rows
+from relay.postgres.outbox_source import PostgresOutboxSource
 from relay.publishing.partition_relay import PartitionRelay
 from relay.publishing.ports import RelayObserver
 from relay.publishing.types import PositionOwner

@@ -21,7 +21,7 @@ from relay.kafka.positions import read_positions
 from relay.kafka.record_stream import KafkaRecordStream
 from relay.postgres.engine import database_errors, make_engine
 from relay.postgres.migrations import SchemaRevision, schema_revision
-from relay.postgres.outbox_source import relay_partitions
+from relay.postgres.outbox_partitions import relay_partitions
 from relay.postgres.outbox_status import (
     MirrorStoredOffset,
     OutboxPartitionStatus,

@@ -7,11 +7,11 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from typing import Any
 
 from sqlalchemy import Connection, Engine, Row, text
 
-from relay.errors import ConfigurationError, InvalidEventError
+from relay.errors import InvalidEventError
 from relay.postgres.engine import database_errors
 from relay.publishing.events import decode_headers
 from relay.publishing.types import Headers, OutboxIdentity, OutboxRecord
@@ -22,7 +22,9 @@ from relay.runtime.secrets import Secret
 # those whose positions before them number fewer than ``limit`` (in position order, from
 # the pkey), so a fetch reads the transactions it returns rows of, whatever the plan, not
 # the backlog. Each marker reads its rows by id range (ids increase with ordinals within a
-# transaction: the identity is GENERATED ALWAYS); a marker none of whose rows are left in
+# transaction: the identity is GENERATED ALWAYS); the marker holding position :after from
+# the row after :after_id, when that is the id of the row at :after (else 0, its first
+# row). A marker none of whose rows are left in
 # range (dead-lettered) yields one row of NULLs with its last position, so that the reader
 # moves past it.
 _FETCH = text(
@@ -30,7 +32,7 @@ _FETCH = text(
     WITH markers AS (
       SELECT c.*, sum(c.positions) OVER (ORDER BY c.last_seq) - c.positions AS before
       FROM (
-        SELECT base, txid, first_id, last_id, last_seq,
+        SELECT base, txid, first_id, last_id, first_seq, last_seq,
                least(last_seq, :up_to) - greatest(first_seq, :after + 1) + 1 AS positions
         FROM outbox_commits
         WHERE partition = :partition AND last_seq > :after AND first_seq <= :up_to
@@ -44,8 +46,10 @@ _FETCH = text(
     LEFT JOIN LATERAL (
       SELECT o.id, o.ordinal, o.topic, o.key, o.value, o.event_type, o.headers, o.created_at
       FROM outbox o
-      WHERE o.id BETWEEN m.first_id AND m.last_id AND o.txid = m.txid
-        AND o.partition = :partition
+      WHERE o.id BETWEEN CASE WHEN m.first_seq <= :after
+                              THEN greatest(m.first_id, :after_id + 1) ELSE m.first_id END
+                         AND m.last_id
+        AND o.txid = m.txid AND o.partition = :partition
         AND o.ordinal > :after - m.base AND o.ordinal <= :up_to - m.base
       ORDER BY o.id
       LIMIT :limit
@@ -93,13 +97,16 @@ _HIGH_WATER = text(
        WHERE partition = :partition AND first_seq <= :up_to))
     """
 )
+# Published rows and their markers; in the marker holding position :up_to, only up to the
+# row of id :up_to_id when that is the id of the row at :up_to (else NULL: all its range).
 _DELETE = text(
     """
     WITH gone AS (
       DELETE FROM outbox o USING outbox_commits m
       WHERE m.partition = :partition AND m.first_seq <= :up_to
-        AND o.id BETWEEN m.first_id AND m.last_id AND o.txid = m.txid
-        AND o.partition = :partition AND m.base + o.ordinal <= :up_to
+        AND o.id BETWEEN m.first_id AND CASE WHEN m.last_seq > :up_to
+          THEN least(m.last_id, coalesce(CAST(:up_to_id AS bigint), m.last_id)) ELSE m.last_id END
+        AND o.txid = m.txid AND o.partition = :partition AND m.base + o.ordinal <= :up_to
       RETURNING 1
     ), done AS (
       DELETE FROM outbox_commits WHERE partition = :partition AND last_seq <= :up_to
@@ -134,7 +141,6 @@ _DEAD_LETTER = text(
       ON m.partition = d.partition AND m.txid = d.txid AND d.id BETWEEN m.first_id AND m.last_id
     """
 )
-_PARTITIONS = text("SELECT partitions FROM outbox_settings")
 _COUNT_CHANGE_PENDING = text(
     "SELECT barrier IS NOT NULL AND outbox_unpublished_up_to(barrier) FROM outbox_settings"
 )
@@ -142,6 +148,26 @@ HELD_UP_WARNING_S = 10.0
 """How long a partition's horizon may be held up before each warning."""
 
 log = logging.getLogger(__name__)
+
+
+class BatchEnds:
+    """The ids of the last rows of the latest batches fetched, by relay partition and
+    position: where the next fetch and the clean-up of published rows start or stop in a
+    large transaction's id range (a position's row is fixed for good, I2)."""
+
+    KEPT = 32  # per partition: the clean-up runs at most every second, after a few batches
+
+    def __init__(self) -> None:
+        self._ids: dict[int, dict[int, int]] = {}
+
+    def remember(self, partition: int, position: int, row_id: int) -> None:
+        ids = self._ids.setdefault(partition, {})
+        ids[position] = row_id
+        if len(ids) > self.KEPT:
+            del ids[next(iter(ids))]  # the oldest
+
+    def id_at(self, partition: int, position: int) -> int | None:
+        return self._ids.get(partition, {}).get(position)
 
 
 class PostgresOutboxSource:
@@ -156,6 +182,7 @@ class PostgresOutboxSource:
         self._horizons: dict[int, int] = {}
         self._held_up_since: dict[int, float] = {}
         self._without_legacy: set[int] = set()  # partitions with no row of a seq of its own
+        self._batch_ends = BatchEnds()
 
     @contextmanager
     def _connection(self, doing: str, *, begin: bool = False) -> Iterator[Connection]:
@@ -216,7 +243,10 @@ class PostgresOutboxSource:
             while after < up_to:
                 rows = self._read(conn, partition, after, up_to, limit)
                 records = self._records(partition, rows)
-                if records or not rows:
+                if records:
+                    self._batch_ends.remember(partition, records[-1].seq, records[-1].id)
+                    return records
+                if not rows:
                     return records
                 # Only rows just dead-lettered, or positions whose rows are gone: read on
                 # from the last position seen rather than end the batch empty.
@@ -229,7 +259,14 @@ class PostgresOutboxSource:
         """Up to ``limit`` rows, position order: (id, position, topic, key, value,
         event type, headers JSON, created_at ms, position reached); id None for a marker
         whose rows are gone."""
-        params = {"partition": partition, "after": after, "up_to": up_to, "limit": limit}
+        after_id = self._batch_ends.id_at(partition, after) or 0
+        params = {
+            "partition": partition,
+            "after": after,
+            "after_id": after_id,
+            "up_to": up_to,
+            "limit": limit,
+        }
         rows: list[Row[Any]] = []
         if partition not in self._without_legacy:
             rows = list(conn.execute(_FETCH_LEGACY, params).all())
@@ -304,66 +341,15 @@ class PostgresOutboxSource:
     def record_published(self, partition: int, position: int, *, delete_rows: bool) -> int:
         if position <= 0:
             return 0
-        params = {"partition": partition, "position": position, "up_to": position}
+        params = {
+            "partition": partition,
+            "position": position,
+            "up_to": position,
+            "up_to_id": self._batch_ends.id_at(partition, position),
+        }
         with self._connection("recording what was published", begin=True) as conn:
             conn.execute(_RAISE_FLOOR, params)
             if not delete_rows:
                 return 0
             deleted = int(conn.execute(_DELETE, params).scalar_one())
             return deleted + int(conn.execute(_DELETE_LEGACY, params).rowcount)
-
-
-def relay_partitions(engine: Engine, url: Secret) -> int:
-    """How many relay partitions the outbox has (outbox_settings)."""
-    with database_errors(url, "reading outbox_settings"), engine.connect() as conn:
-        return int(conn.execute(_PARTITIONS).scalar_one())
-
-
-def stranded_rows(engine: Engine, url: Secret, partitions: int) -> int:
-    """Rows in relay partitions at or beyond ``partitions``: they would never be
-    published (the count was lowered past the guard, e.g. by an older release)."""
-    with database_errors(url, "reading the outbox"), engine.connect() as conn:
-        found = conn.execute(
-            text("SELECT count(*) FROM outbox WHERE partition >= :n"), {"n": partitions}
-        )
-        return int(found.scalar_one())
-
-
-class CountChange(NamedTuple):
-    before: int
-    barrier: int | None  # rows above it wait for every row up to it (None: nothing pending)
-
-
-def change_partition_count(engine: Engine, url: Secret, partitions: int) -> CountChange:
-    """Set ``outbox_settings.partitions`` (``outbox_partition_count_guard``): raising it
-    with rows pending sets the barrier; lowering it, or a second change before the rows
-    of the first are published, is refused while rows wait."""
-    if not 1 <= partitions <= 4096:
-        raise ConfigurationError(f"the relay partition count must be 1..4096, got {partitions}")
-    with database_errors(url, "changing the relay partition count"), engine.begin() as conn:
-        before = int(
-            conn.execute(text("SELECT partitions FROM outbox_settings FOR UPDATE")).scalar_one()
-        )
-        barrier = conn.execute(
-            text("UPDATE outbox_settings SET partitions = :n RETURNING barrier"), {"n": partitions}
-        ).scalar_one()
-    return CountChange(before, None if barrier is None else int(barrier))
-
-
-_TOPS = text(
-    """
-    SELECT s.p AS partition,
-           (SELECT coalesce(max(c.last_seq), 0) FROM outbox_commits c WHERE c.partition = s.p)
-             AS top
-    FROM unnest(CAST(:partitions AS integer[])) AS s(p)
-    """
-)
-
-
-def committed_tops(engine: Engine, url: Secret, partitions: Sequence[int]) -> dict[int, int]:
-    """Per relay partition, the highest position of a committed transaction's marker
-    (0 when none): one index probe each, cheap enough to ask every few milliseconds."""
-    with database_errors(url, "watching the outbox", retriable=True), engine.connect() as conn:
-        autocommit = conn.execution_options(isolation_level="AUTOCOMMIT")  # no BEGIN, ROLLBACK
-        rows = autocommit.execute(_TOPS, {"partitions": list(partitions)}).all()
-    return {int(row.partition): int(row.top) for row in rows}

@@ -97,6 +97,7 @@ def test_a_fetch_reads_the_rows_it_returns_not_the_backlog(
                     )
                 )
             ]
+            first_id = int(conn.execute(sa.text("SELECT min(id) FROM outbox")).scalar_one())
         source = PostgresOutboxSource(engine, Secret(relay_env.database_url))
         source.fetch(0, 0, 1)  # learns that no row predates the commit markers
         for after in (0, expected[BATCH][1]):
@@ -109,5 +110,31 @@ def test_a_fetch_reads_the_rows_it_returns_not_the_backlog(
                 pair for pair in expected if pair[1] > after
             ][:BATCH]
             assert read <= 2 * ROWS, f"{read} outbox rows read to fetch {BATCH} rows"
+        # Going on from the end of the batch before, a fetch starts after that row's id
+        # rather than reading the transaction's rows before it again.
+        after, after_id = fetched[-1].seq, fetched[-1].id
+        # The transactions were written one after another: ROWS consecutive ids each.
+        rest_of_transaction = ROWS - 1 - (after_id - first_id) % ROWS
+        with engine.connect() as conn:
+            before = _outbox_rows_read(conn)
+        fetched = source.fetch(0, after, BATCH)
+        with engine.connect() as conn:
+            read = _outbox_rows_read(conn) - before
+        assert [(r.id, r.seq) for r in fetched] == [p for p in expected if p[1] > after][:BATCH]
+        assert read <= rest_of_transaction, f"{read} outbox rows read to fetch {BATCH} rows"
+        # The clean-up in the middle of a transaction deletes exactly the published rows.
+        published = fetched[-1].seq
+        deleted = source.record_published(0, published, delete_rows=True)
+        assert deleted == sum(1 for _, position in expected if position <= published)
+        with engine.connect() as conn:
+            left = conn.execute(
+                sa.text(
+                    "SELECT id, position FROM outbox_positions WHERE partition = 0 "
+                    "ORDER BY position"
+                )
+            )
+            assert [(int(r.id), int(r.position)) for r in left] == [
+                p for p in expected if p[1] > published
+            ]
     finally:
         engine.dispose()
