@@ -24,9 +24,8 @@ from relay.runtime.secrets import Secret
 # the backlog. Each marker reads its rows by id range (ids increase with ordinals within a
 # transaction: the identity is GENERATED ALWAYS); the marker holding position :after from
 # the row after :after_id, when that is the id of the row at :after (else 0, its first
-# row). A marker none of whose rows are left in
-# range (dead-lettered) yields one row of NULLs with its last position, so that the reader
-# moves past it.
+# row). A marker none of whose rows are left in range (dead-lettered) yields one row of
+# NULLs with its last position, so that the reader moves past it.
 _FETCH = text(
     """
     WITH markers AS (

@@ -16,6 +16,7 @@ from sqlalchemy.pool import NullPool
 
 import relay
 from relay.postgres.outbox_source import PostgresOutboxSource
+from relay.publishing.types import OutboxRecord
 from relay.runtime.secrets import Secret
 from tests.integration.support import RelayTestEnv
 
@@ -66,6 +67,18 @@ BACKLOG_TRANSACTIONS = 12
 BATCH = 200
 
 
+def _fetch_counting_reads(
+    engine: sa.Engine, source: PostgresOutboxSource, after: int
+) -> tuple[list[OutboxRecord], int]:
+    """A fetch of ``BATCH`` rows of relay partition 0 after ``after``, and the outbox rows
+    it read."""
+    with engine.connect() as conn:
+        before = _outbox_rows_read(conn)
+    fetched = list(source.fetch(0, after, BATCH))
+    with engine.connect() as conn:
+        return fetched, _outbox_rows_read(conn) - before
+
+
 @pytest.mark.parametrize("analysed", ["backlog", "empty"])
 def test_a_fetch_reads_the_rows_it_returns_not_the_backlog(
     relay_env: RelayTestEnv, analysed: str
@@ -101,11 +114,7 @@ def test_a_fetch_reads_the_rows_it_returns_not_the_backlog(
         source = PostgresOutboxSource(engine, Secret(relay_env.database_url))
         source.fetch(0, 0, 1)  # learns that no row predates the commit markers
         for after in (0, expected[BATCH][1]):
-            with engine.connect() as conn:
-                before = _outbox_rows_read(conn)
-            fetched = source.fetch(0, after, BATCH)
-            with engine.connect() as conn:
-                read = _outbox_rows_read(conn) - before
+            fetched, read = _fetch_counting_reads(engine, source, after)
             assert [(r.id, r.seq) for r in fetched] == [
                 pair for pair in expected if pair[1] > after
             ][:BATCH]
@@ -115,11 +124,7 @@ def test_a_fetch_reads_the_rows_it_returns_not_the_backlog(
         after, after_id = fetched[-1].seq, fetched[-1].id
         # The transactions were written one after another: ROWS consecutive ids each.
         rest_of_transaction = ROWS - 1 - (after_id - first_id) % ROWS
-        with engine.connect() as conn:
-            before = _outbox_rows_read(conn)
-        fetched = source.fetch(0, after, BATCH)
-        with engine.connect() as conn:
-            read = _outbox_rows_read(conn) - before
+        fetched, read = _fetch_counting_reads(engine, source, after)
         assert [(r.id, r.seq) for r in fetched] == [p for p in expected if p[1] > after][:BATCH]
         assert read <= rest_of_transaction, f"{read} outbox rows read to fetch {BATCH} rows"
         # The clean-up in the middle of a transaction deletes exactly the published rows.
