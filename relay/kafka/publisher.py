@@ -28,7 +28,7 @@ from relay.kafka.errors import (
 )
 from relay.kafka.positions import committed_position, positions_consumer
 from relay.kafka.topics import TOPIC_MISSING, TopicGuard, headers_bound
-from relay.kafka.transactions import TransactionalProducer
+from relay.kafka.transactions import PRODUCER_DEFAULTS, TransactionalProducer
 from relay.publishing.types import CommittedPosition, OutboxRecord, PositionOwner
 from relay.settings.relay import RelaySettings
 
@@ -101,11 +101,7 @@ class KafkaTransactionalPublisher(TransactionalProducer):
     def _producer_config(self) -> dict[str, str | int | float | bool]:
         settings = self._settings
         return {
-            # retry.backoff.ms: right after a commit, the next transaction's
-            # send_offsets_to_transaction is refused (CONCURRENT_TRANSACTIONS) until the
-            # broker has written the markers; librdkafka's default back-off (100 ms) then
-            # added ~100 ms to every batch.
-            **{"linger.ms": "20", "batch.num.messages": "10000", "retry.backoff.ms": "10"},
+            **PRODUCER_DEFAULTS,
             **settings.kafka.client_config(),
             # Only a failed delivery calls on_delivery: a success needs nothing.
             "delivery.report.only.error": True,

@@ -19,7 +19,7 @@ from confluent_kafka import KafkaError as LibKafkaError
 
 from relay.errors import KafkaError
 from relay.kafka.errors import RECORD_REFUSED, lib_error
-from relay.kafka.transactions import TransactionalProducer
+from relay.kafka.transactions import PRODUCER_DEFAULTS, TransactionalProducer
 from relay.replication.types import (
     SOURCE_CLUSTER_HEADER,
     SOURCE_OFFSET_HEADER,
@@ -81,9 +81,7 @@ class KafkaReplicaWriter(TransactionalProducer):
     def _producer_config(self) -> dict[str, str | int | float | bool]:
         settings = self._settings
         config: dict[str, str | int | float | bool] = {
-            "linger.ms": "20",
-            "batch.num.messages": "10000",
-            "retry.backoff.ms": "10",
+            **PRODUCER_DEFAULTS,
             **settings.target.client_config(),
             "delivery.report.only.error": True,
             "transactional.id": settings.transactional_id(

@@ -28,6 +28,20 @@ _librdkafka_log = logging.getLogger(LIBRDKAFKA_LOGGER)
 
 COMMIT_ATTEMPTS = 3
 
+PRODUCER_DEFAULTS: dict[str, str | int | float | bool] = {
+    "linger.ms": "20",
+    "batch.num.messages": "10000",
+    # Right after a commit, the next transaction's first requests to the coordinator are
+    # refused (CONCURRENT_TRANSACTIONS) until the broker has written the commit's markers.
+    # librdkafka retries them after retry.backoff.ms, doubling it up to retry.backoff.max.ms
+    # (defaults 100 ms and 1 s): on a busy broker that waited well past the markers,
+    # and the wait is every batch's.
+    "retry.backoff.ms": "5",
+    "retry.backoff.max.ms": "20",
+}
+"""What a transactional producer of ours sets unless the user's Kafka properties say
+otherwise (they come after these)."""
+
 CommitError = Callable[[KafkaException, str], Exception]
 """Turns a failure of ``send_offsets_to_transaction`` or ``commit_transaction`` (the name
 is the second argument) into the error to raise."""
