@@ -44,9 +44,12 @@ MAIN = "org.apache.kafka.connect.mirror.MirrorMaker"
 SOURCE, TARGET = "source", "target"
 QUICK_RECORDS, FULL_RECORDS = 5_000, 300_000
 KILLS = (0.3, 0.7)
-QUICK_KILLS = (0.5,)
-"""--quick, a smoke run: one kill (each kill costs MirrorMaker 2 about a minute)."""
 """The kill schedule: SIGKILL (and restart) at these fractions of the committed records."""
+QUICK_KILLS = (0.5,)
+"""--quick, a smoke run: one kill, of `relay replicate` only. A killed MirrorMaker 2 takes
+10-100 s to come back (a kill inside a transaction on its offsets topic leaves it open, and
+the restarted worker reads that topic to its end before anything else, until the broker
+aborts the transaction after the producer's 60 s timeout): the full run measures it."""
 
 EXACTLY_ONCE = {
     f"{TARGET}.exactly.once.source.support": "enabled",
@@ -300,7 +303,8 @@ def compare(ours: ReplicatorFactory | None, quick: bool) -> Outcome:
     with two_brokers(workdir) as (source, target):
         clusters = Flow(source, target, (), workdir)
         runs["mirrormaker2"] = _peer_run(clusters, records, (), timeout)
-        runs["mirrormaker2_killed"] = _peer_run(clusters, records, kill_at, timeout)
+        if not quick:
+            runs["mirrormaker2_killed"] = _peer_run(clusters, records, kill_at, timeout)
         if ours is not None:
             runs["ours"] = _ours_run(ours, clusters, records, (), timeout)
             runs["ours_killed"] = _ours_run(ours, clusters, records, kill_at, timeout)
@@ -357,6 +361,7 @@ def compare(ours: ReplicatorFactory | None, quick: bool) -> Outcome:
                 )
             }
             for who, run in (("relay_replicate", "ours"), ("mirrormaker2", "mirrormaker2"))
+            if f"{run}_killed" in runs
         }
     outcome.raw["replicate"] = {
         "versions": sorted(p.name for p in libs.glob("connect-*.jar")),
