@@ -52,7 +52,7 @@ SETTINGS = {
 
 
 def _free_port() -> int:
-    from relay.chaos.servers import free_ports
+    from relay.devenv.ports import free_ports
 
     return free_ports(1)[0]
 

@@ -22,6 +22,7 @@ from confluent_kafka.cimpl import NewTopic
 from sqlalchemy.pool import NullPool
 
 from relay.devenv import databases
+from relay.devenv.cli_runner import relay_command
 from relay.postgres import migrations
 from relay.runtime.secrets import Secret
 
@@ -380,7 +381,7 @@ def maven_libs(pom: Path, libs: Path, marker: str, what: str) -> Path:
 
 
 def relay_cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "relay.cli", "--log-level", "WARNING", *args]
+    return relay_command("--log-level", "WARNING", *args)
 
 
 def job(script: str, *args: str) -> list[str]:

@@ -68,7 +68,7 @@ def resolve_libs() -> Path:
 
 
 def _free_port() -> int:
-    from relay.chaos.servers import free_ports
+    from relay.devenv.ports import free_ports
 
     return free_ports(1)[0]
 

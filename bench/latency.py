@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import psycopg
 from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
+from relay.devenv.waiting import wait_until
+
 from .common import (
     RELAY_PARTITIONS,
     WORKDIR,
@@ -198,11 +200,11 @@ def measure(admin_url: str, bootstrap: str, seconds: float, variant: str) -> dic
                 receiver.start()
                 receiver.ready.wait(30)
                 write(url, topic, 1, WARM_UP_EVENTS, 100)  # both running, the group assigned
-                _wait(lambda: _mirrored(url, 0) >= WARM_UP_EVENTS, 60, "the warm-up events")
+                wait_until(lambda: _mirrored(url, 0) >= WARM_UP_EVENTS, 60, "the warm-up events")
                 count = int(RATE * seconds)
                 took = write(url, topic, FIRST_MEASURED, count, RATE)
-                _wait(lambda: _mirrored(url, FIRST_MEASURED) >= count, 30, "the mirror")
-                _wait(
+                wait_until(lambda: _mirrored(url, FIRST_MEASURED) >= count, 30, "the mirror")
+                wait_until(
                     lambda: sum(n >= FIRST_MEASURED for n in list(receiver.latencies)) >= count,
                     30,
                     "the consumer",
@@ -240,15 +242,6 @@ def _mirrored(url: str, first: int) -> int:
     ]
     assert isinstance(value, int)
     return value
-
-
-def _wait(condition: object, timeout: float, what: str) -> None:
-    assert callable(condition)
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"latency: timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.2)
 
 
 def run(admin_url: str, bootstrap: str, quick: bool) -> Outcome:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from relay.chaos.servers import free_ports
+from relay.devenv.ports import free_ports
 
 from .common import ROOT, WORKDIR, Outcome, Row, log, maven_libs, run_id
 from .relay_replicate import RelayReplicate

@@ -23,14 +23,14 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 
 from confluent_kafka.admin import AdminClient
 
-from relay.chaos.servers import free_ports
+from relay.devenv.cli_runner import relay_command
+from relay.devenv.ports import free_ports
 
 from .common import ROOT, log, run_id
 from .replication import Flow
@@ -80,7 +80,7 @@ class RelayReplicate:
         return self._partitions
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "relay.cli", *self.arguments()]
+        return relay_command(*self.arguments())
 
     def arguments(
         self, source: str | None = None, target: str | None = None, port: str | None = None

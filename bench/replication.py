@@ -27,7 +27,7 @@ from typing import Protocol
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from relay import devenv
-from relay.chaos.servers import start_broker
+from relay.devenv.private import start_broker
 
 from .common import create_topic, distinct_keys, log, run_id
 

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
+from relay.devenv.cli_runner import relay_command
+
 
 def main(argv: Sequence[str]) -> int:
     if len(argv) != 2 or not all(a.isdigit() and int(a) > 0 for a in argv):
@@ -23,17 +25,14 @@ def main(argv: Sequence[str]) -> int:
     shares = [range(i, partitions, processes) for i in range(processes)]
     children = [
         subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "relay.cli",
+            relay_command(
                 "--log-level",
                 "WARNING",
                 "run",
                 "--once",
                 "--partitions",
                 ",".join(map(str, share)),
-            ],
+            ),
             env=dict(os.environ),
         )
         for share in shares

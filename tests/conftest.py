@@ -11,24 +11,17 @@ starts it too) or ``RELAY_TEST_TARGET_KAFKA_BOOTSTRAP_SERVERS``.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
-from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
-from psycopg import sql
-from sqlalchemy.engine import URL, make_url
 
 from relay import devenv
 from relay.devenv import Endpoints, SaslEndpoint
-from relay.devenv.databases import drop_database
+from relay.devenv.databases import ScratchDatabases
+from relay.devenv.topics import create_topic, delete_topics, unique_name
 
 _INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
 
@@ -127,61 +120,15 @@ def target_bootstrap_servers(endpoints: Endpoints) -> str:
     )
 
 
-def _libpq_url(url: URL) -> str:
-    return url.set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-def _create_test_role(
-    conn: psycopg.Connection[tuple[object, ...]], role: str, password: str
-) -> bool:
-    """Create a login role just for one test (so that e.g. ``ALTER ROLE CURRENT_USER`` in a
-    test cannot break the shared role); False if the admin role may not create roles."""
-    try:
-        with conn.transaction():
-            conn.execute(
-                sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
-                    sql.Identifier(role), sql.Literal(password)
-                )
-            )
-            # PG15 needs membership to make the role own a database (and PG16+ to drop it).
-            conn.execute(sql.SQL("GRANT {} TO CURRENT_USER").format(sql.Identifier(role)))
-    except psycopg.errors.InsufficientPrivilege:
-        return False
-    return True
-
-
 @pytest.fixture
 def make_database(endpoints: Endpoints) -> Iterator[Callable[[], str]]:
     """Creates fresh, empty databases, each dropped after the test; returns its URL.
 
     Where the admin role may create roles (always with the local servers), each database is
     owned by a fresh role of its own that the URL logs in as, dropped with the database."""
-    base = make_url(endpoints.database_url)
-    admin = _libpq_url(make_url(endpoints.admin_database_url))
-    created: list[tuple[str, bool]] = []
-
-    def make() -> str:
-        name = f"test_{uuid.uuid4().hex}"
-        password = uuid.uuid4().hex
-        with psycopg.connect(admin, autocommit=True) as conn:
-            own_role = _create_test_role(conn, name, password)
-            owner = name if own_role else base.username
-            create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
-            if owner:
-                create += sql.SQL(" OWNER {}").format(sql.Identifier(owner))
-            conn.execute(create)
-        created.append((name, own_role))
-        target = base.set(database=name)
-        if own_role:
-            target = target.set(username=name, password=password)
-        return target.render_as_string(hide_password=False)
-
-    yield make
-    for name, own_role in created:
-        drop_database(admin, name)
-        if own_role:
-            with psycopg.connect(admin, autocommit=True) as conn:
-                conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
+    databases = ScratchDatabases(endpoints.admin_database_url, endpoints.database_url)
+    yield databases.create
+    databases.drop_all()
 
 
 @pytest.fixture
@@ -199,22 +146,6 @@ def kafka_admin(bootstrap_servers: str) -> AdminClient:
 def target_kafka_admin(target_bootstrap_servers: str) -> AdminClient:
     """An admin client of the second Kafka cluster (``target_bootstrap_servers``)."""
     return AdminClient({"bootstrap.servers": target_bootstrap_servers})
-
-
-def _wait_for_topic(admin: AdminClient, name: str, partitions: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        topic = admin.list_topics(topic=name, timeout=10).topics.get(name)
-        if (
-            topic is not None
-            and topic.error is None
-            and len(topic.partitions) == partitions
-            and all(p.leader >= 0 for p in topic.partitions.values())
-        ):
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"topic {name} has no leaders for all partitions after {timeout}s")
-        time.sleep(0.1)
 
 
 @pytest.fixture
@@ -237,23 +168,9 @@ def _topic_maker(kafka_admin: AdminClient) -> Iterator[Callable[..., str]]:
     def make(
         name: str | None = None, partitions: int = 1, config: dict[str, str] | None = None
     ) -> str:
-        topic = f"{name or 'test'}-{uuid.uuid4().hex[:12]}"
-        futures = kafka_admin.create_topics(
-            [
-                NewTopic(
-                    topic, num_partitions=partitions, replication_factor=-1, config=config or {}
-                )
-            ],
-            operation_timeout=30,
-        )
-        futures[topic].result(timeout=60)
+        topic = create_topic(kafka_admin, unique_name(name or "test"), partitions, config)
         created.append(topic)
-        _wait_for_topic(kafka_admin, topic, partitions, timeout=30)
         return topic
 
     yield make
-    if created:
-        for future in kafka_admin.delete_topics(created, operation_timeout=30).values():
-            # best effort: a leftover uniquely named topic harms nobody
-            with contextlib.suppress(KafkaException):
-                future.result(timeout=30)
+    delete_topics(kafka_admin, created)

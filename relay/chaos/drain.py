@@ -11,7 +11,8 @@ from sqlalchemy import Engine, text
 
 from relay.chaos.checker_inputs import KafkaAccess, wait_until_stable
 from relay.chaos.config import ChaosConfig
-from relay.chaos.preparation import Environment, relay_cli
+from relay.chaos.preparation import Environment
+from relay.devenv.cli_runner import relay_command
 from relay.errors import DrainError
 from relay.postgres.migrations import PROJECT_ROOT
 from relay.runtime.clock import Clock, Deadline
@@ -71,7 +72,7 @@ def drain(
             return int(conn.execute(text("SELECT count(*) FROM outbox")).scalar_one()) == 0
 
     runs = _run_until(
-        relay_cli("run", "--once"),
+        relay_command("run", "--once"),
         env=env.env(),
         done=outbox_empty,
         deadline=deadline,
@@ -80,7 +81,7 @@ def drain(
     )
     emit(f"chaos: outbox drained ({runs} relay run --once)")
     runs = _run_until(
-        relay_cli("mirror", "--once"),
+        relay_command("mirror", "--once"),
         env=env.env(),
         done=lambda c: c == 0,
         deadline=deadline,
@@ -95,7 +96,7 @@ def drain(
     source = KafkaAccess(env.servers.bootstrap_servers, {})
     wait_until_stable(source, env.topic, list(range(config.topic_partitions)), deadline)
     runs = _run_until(
-        relay_cli("replicate", "--once"),
+        relay_command("replicate", "--once"),
         env=env.replicate_env(),
         done=lambda c: c == 0,
         deadline=deadline,

@@ -31,8 +31,8 @@ from relay.chaos.faults import FaultContext, FaultKind, plan_faults
 from relay.chaos.injector import FaultInjector, FaultLog
 from relay.chaos.processes import Supervisor
 from relay.chaos.report import ChaosReport
-from relay.chaos.servers import ChaosServers, remove_workdir, start_servers, stop_servers
 from relay.chaos.workload import MIRROR, Workload
+from relay.devenv.private import PrivateServers, remove_workdir, start_servers, stop_servers
 from relay.postgres.migrations import PROJECT_ROOT
 from relay.runtime.clock import Clock
 
@@ -80,7 +80,7 @@ class ChaosRun:
                 for name in ("kafka", "kafka-target", "kafka-libs", "logs", "traps"):
                     shutil.rmtree(workdir / name, ignore_errors=True)
 
-    def _run_with(self, servers: ChaosServers, workdir: Path, started: float) -> ChaosReport:
+    def _run_with(self, servers: PrivateServers, workdir: Path, started: float) -> ChaosReport:
         config = self._config
         env = preparation.Environment.create(servers, workdir, config, self._rng)
         engine = create_engine(

@@ -17,8 +17,9 @@ from sqlalchemy import Engine, text
 
 from relay.chaos.config import ChaosConfig
 from relay.chaos.processes import Command, Slot, Supervisor
-from relay.chaos.servers import ChaosServers
 from relay.chaos.workload import MIRROR, TOPIC, create_schema
+from relay.devenv.cli_runner import relay_command
+from relay.devenv.private import PrivateServers
 from relay.errors import RelayError
 from relay.postgres import migrations
 from relay.postgres.migrations import PROJECT_ROOT
@@ -57,14 +58,14 @@ REPLICATE_SETTINGS = {
 
 @dataclass(frozen=True, slots=True)
 class Environment:
-    servers: ChaosServers
+    servers: PrivateServers
     workdir: Path
     topic: str
     prefix: str
 
     @classmethod
     def create(
-        cls, servers: ChaosServers, workdir: Path, config: ChaosConfig, rng: random.Random
+        cls, servers: PrivateServers, workdir: Path, config: ChaosConfig, rng: random.Random
     ) -> Environment:
         (workdir / "traps").mkdir(exist_ok=True)
         return cls(servers, workdir, TOPIC, f"chaos-{config.seed}-{rng.randrange(16**6):06x}")
@@ -119,10 +120,6 @@ class Environment:
         return path
 
 
-def relay_cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "relay.cli", *args]
-
-
 def write_mapping(path: Path, topic: str) -> None:
     path.write_text(
         "# Written by relay chaos: the workload's events mirrored into the mirror table.\n"
@@ -171,7 +168,9 @@ def add_slots(
     def relay(incarnation: int) -> Command:
         trap = env.trap("relay", incarnation)
         failpoint = f"before_commit=stop,once={trap}"
-        return Command(relay_cli("run"), env.env(RELAY_FAILPOINTS=failpoint), PROJECT_ROOT, trap)
+        return Command(
+            relay_command("run"), env.env(RELAY_FAILPOINTS=failpoint), PROJECT_ROOT, trap
+        )
 
     supervisor.add(Slot("relay", relay, lambda: 0.5))
     for name in MIRROR_SLOTS:
@@ -186,7 +185,7 @@ def add_slots(
             trap = env.trap(REPLICATOR, incarnation)
             failpoint = f"before_commit=stop,once={trap}"
             replicate_env = env.replicate_env(RELAY_FAILPOINTS=failpoint)
-            return Command(relay_cli("replicate"), replicate_env, PROJECT_ROOT, trap)
+            return Command(relay_command("replicate"), replicate_env, PROJECT_ROOT, trap)
 
         supervisor.add(Slot(REPLICATOR, replicator, lambda: 0.5))
 
@@ -208,6 +207,6 @@ def _mirror_command(env: Environment, name: str) -> Callable[[int], Command]:
             "RELAY_FAILPOINTS": f"mirror_after_apply=stop,once={trap}",
             "RELAY_KAFKA_PROPERTIES": MIRROR_KAFKA_PROPERTIES,
         }
-        return Command(relay_cli("mirror"), env.env(**extra), PROJECT_ROOT, trap)
+        return Command(relay_command("mirror"), env.env(**extra), PROJECT_ROOT, trap)
 
     return command

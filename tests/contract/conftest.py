@@ -8,15 +8,15 @@ provides.
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from confluent_kafka import Consumer, TopicPartition
 
+from relay.devenv.waiting import wait_until
 from relay.postgres.engine import make_engine
 from relay.runtime.secrets import Secret
 from relay.settings.relay import KafkaSettings
@@ -30,15 +30,6 @@ def memory_and(real: str) -> list[Any]:
     """The parameters of a contract fixture: the fake, and the real adapter ``real``
     (an integration test)."""
     return [pytest.param("memory"), pytest.param(real, marks=pytest.mark.integration)]
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = TIMEOUT_S) -> None:
-    """Check ``condition`` until it holds; fail naming ``what`` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -88,6 +79,7 @@ class Watermarks:
     def wait_for(self, topic: str, partition: int, stable: int, high: int) -> None:
         wait_until(
             lambda: self.read(topic, partition) == (stable, high),
+            TIMEOUT_S,
             f"{topic}[{partition}] to reach last stable offset {stable}, high watermark {high}",
         )
 
@@ -98,7 +90,7 @@ class Watermarks:
             stable, high = self.read(topic, partition)
             return stable == high
 
-        wait_until(settled, f"the transactions on {topic}[{partition}] to settle")
+        wait_until(settled, TIMEOUT_S, f"the transactions on {topic}[{partition}] to settle")
 
     def close(self) -> None:
         self._committed.close()

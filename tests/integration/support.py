@@ -5,18 +5,37 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
+from relay.devenv import cli_runner
+from relay.devenv.cli_runner import relay_command
+from relay.devenv.reader import ReadRecord as Consumed
+from relay.devenv.reader import read_committed
+from relay.devenv.waiting import wait_until
 from relay.postgres import migrations
 from relay.runtime.secrets import Secret
+
+__all__ = [
+    "PROJECT_ROOT",
+    "Consumed",
+    "RelayTestEnv",
+    "assert_exactly_once_in_order",
+    "migrate",
+    "new_prefix",
+    "read_committed",
+    "relay_command",
+    "run_job",
+    "run_relay",
+    "run_sql",
+    "start_relay",
+    "wait_until",
+]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,22 +87,10 @@ def migrate(database_url: str, partitions: int) -> None:
     run_sql(database_url, "UPDATE outbox_settings SET partitions = :n", n=partitions)
 
 
-def relay_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "relay.cli", *args]
-
-
 def run_relay(
     env: RelayTestEnv, *args: str, timeout: float = 180, **extra_env: str
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        relay_command(*args),
-        env=env.env(**extra_env),
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return cli_runner.run_relay(args, env.env(**extra_env), cwd=PROJECT_ROOT, timeout=timeout)
 
 
 def run_job(
@@ -104,111 +111,8 @@ def run_job(
 def start_relay(
     env: RelayTestEnv, *args: str, log: Path | None = None, **extra_env: str
 ) -> subprocess.Popen[str]:
-    """`relay <args>` in the background. Without ``log`` its stdout and stderr are pipes,
-    for a process read with ``communicate()``; a long-running one writes both to ``log``
-    instead (a pipe nobody reads would fill up and block it)."""
-    if log is None:
-        return subprocess.Popen(
-            relay_command(*args),
-            env=env.env(**extra_env),
-            cwd=PROJECT_ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-    with log.open("w") as handle:
-        return subprocess.Popen(
-            relay_command(*args),
-            env=env.env(**extra_env),
-            cwd=PROJECT_ROOT,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-
-
-def wait_until(
-    condition: Callable[[], bool],
-    timeout: float,
-    what: str,
-    explain: Callable[[], str] | None = None,
-) -> None:
-    """Poll ``condition`` until it holds; fail with ``what`` (and what ``explain`` returns
-    then, e.g. a process's log) after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            details = f"\n{explain()}" if explain is not None else ""
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}{details}")
-        time.sleep(0.05)
-
-
-@dataclass(frozen=True)
-class Consumed:
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: Mapping[str, bytes]
-    timestamp: tuple[int, int] = (0, 0)  # (confluent_kafka.TIMESTAMP_*, milliseconds)
-
-    @property
-    def outbox_id(self) -> int:
-        return int(self.headers["outbox-id"])
-
-    @property
-    def seq(self) -> int:
-        return int(self.headers["outbox-seq"])
-
-    @property
-    def relay_partition(self) -> int:
-        return int(self.headers["outbox-partition"])
-
-
-def read_committed(bootstrap: str, topic: str, timeout: float = 60) -> list[Consumed]:
-    """Every record of ``topic`` a read_committed consumer sees, from the beginning to
-    the last stable offset of each partition, in partition then offset order."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{uuid.uuid4().hex}",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    try:
-        metadata = consumer.list_topics(topic, timeout=10)
-        partitions = sorted(metadata.topics[topic].partitions)
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        pending = set(partitions)
-        records: list[Consumed] = []
-        deadline = time.monotonic() + timeout
-        while pending:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"reading {topic}: partitions {pending} never reached EOF")
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error() is not None:
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    pending.discard(msg.partition())
-                    continue
-                raise AssertionError(f"reading {topic}: {msg.error()}")
-            records.append(
-                Consumed(
-                    msg.partition(),
-                    msg.offset(),
-                    msg.key(),
-                    msg.value(),
-                    {k: v for k, v in (msg.headers() or [])},
-                    msg.timestamp(),
-                )
-            )
-        return sorted(records, key=lambda r: (r.partition, r.offset))
-    finally:
-        consumer.close()
+    """`relay <args>` in the background (:func:`relay.devenv.cli_runner.start_relay`)."""
+    return cli_runner.start_relay(args, env.env(**extra_env), cwd=PROJECT_ROOT, log=log)
 
 
 def assert_exactly_once_in_order(consumed: Iterable[Consumed], expected_ids: set[int]) -> None:

@@ -12,7 +12,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
 import relay
-from relay.chaos.servers import free_ports
+from relay.devenv.ports import free_ports
 from tests.integration.mirror_support import (
     TxProducer,
     items_mapping,

@@ -13,8 +13,8 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 from confluent_kafka.admin._resource import ResourceType
 
-from relay.chaos.servers import free_ports
 from relay.devenv.endpoints import SaslEndpoint
+from relay.devenv.ports import free_ports
 from relay.runtime.failpoints import ENV_VAR as FAILPOINTS
 from tests.integration.replicate_support import (
     ReplicaEnv,

@@ -64,17 +64,15 @@ def test_a_running_relay_outlives_a_postgresql_restart(
         wait_until(lambda: "published seq" in log.read_text(), 60, "a first batch")
         devenv.restart_postgres(devenv_workdir, mode="immediate")
         committed = first | write_events(relay_env.database_url, topic, 300)
-        try:
-            wait_until(
-                lambda: (
-                    service.poll() is not None  # the relay died: reported below
-                    or len(read_committed(relay_env.bootstrap_servers, topic)) >= len(committed)
-                ),
-                90,
-                "the relay to publish everything after the restart",
-            )
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{log.read_text()[-4000:]}") from None
+        wait_until(
+            lambda: (
+                service.poll() is not None  # the relay died: reported below
+                or len(read_committed(relay_env.bootstrap_servers, topic)) >= len(committed)
+            ),
+            90,
+            "the relay to publish everything after the restart",
+            explain=lambda: log.read_text()[-4000:],
+        )
         assert service.poll() is None, log.read_text()[-3000:]
     finally:
         service.terminate()

@@ -8,7 +8,6 @@ import random
 import signal
 import sys
 import threading
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from relay.chaos import faults
 from relay.chaos.faults import FaultContext, FaultKind, Outcome, plan_faults
 from relay.chaos.injector import FaultInjector, FaultLog
 from relay.chaos.processes import Command, Slot, Supervisor, is_stopped
+from relay.devenv.waiting import wait_until
 from relay.errors import FaultSkipped
 from relay.runtime.clock import SystemClock
 from tests.fakes.publishing import FakeClock
@@ -148,13 +148,6 @@ def _python(code: str, tmp_path: Path) -> Command:
     return Command([sys.executable, "-c", code], {}, tmp_path)
 
 
-def _wait(condition: object, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
-
-
 def test_supervisor_restarts_exited_processes_and_records_exit_codes(tmp_path: Path) -> None:
     supervisor = Supervisor(tmp_path, SystemClock(), interval=0.02)
     supervisor.add(
@@ -162,7 +155,7 @@ def test_supervisor_restarts_exited_processes_and_records_exit_codes(tmp_path: P
     )
     supervisor.start()
     try:
-        _wait(lambda: supervisor.slots["quick"].starts >= 3)
+        wait_until(lambda: supervisor.slots["quick"].starts >= 3, 10, "the processes")
     finally:
         supervisor.shutdown(timeout=5)
     exits = supervisor.slots["quick"].exits
@@ -178,12 +171,12 @@ def test_replaced_process_is_a_zombie_whose_exit_is_recorded(tmp_path: Path) -> 
     first = supervisor.running("relay")
     assert first is not None
     first.signal_group(signal.SIGSTOP)
-    _wait(lambda: is_stopped(first.pid))
+    wait_until(lambda: is_stopped(first.pid), 10, "the processes")
     replaced = supervisor.replace("relay")
     assert replaced is not None and replaced[0] is first
     assert supervisor.running("relay") is replaced[1]
     first.kill_tree()
-    _wait(lambda: first.poll() is not None)
+    wait_until(lambda: first.poll() is not None, 10, "the processes")
     supervisor.tick()
     assert supervisor.zombie_exits == {"relay: SIGKILL": 1}
     supervisor.shutdown(timeout=5)
@@ -259,7 +252,7 @@ def test_kill9_replicator_kills_the_running_replicator(tmp_path: Path) -> None:
     assert process is not None
     try:
         outcome = faults.kill9_replicator(ctx)
-        _wait(lambda: process.poll() is not None)
+        wait_until(lambda: process.poll() is not None, 10, "the processes")
     finally:
         ctx.supervisor.shutdown(timeout=5)
     assert process.poll() == -signal.SIGKILL
@@ -341,7 +334,7 @@ def test_pause_relay_waits_until_the_relays_left_fenced_what_it_held(tmp_path: P
     replaced = ctx.supervisor.replace("relay")  # 1 becomes a zombie, 2 the current relay
     assert replaced is not None
     paused = replaced[1]
-    _wait(lambda: b"handing" in paused.log_path.read_bytes())
+    wait_until(lambda: b"handing" in paused.log_path.read_bytes(), 10, "the processes")
     try:
         outcome = faults.pause_relay(ctx)
         new = ctx.supervisor.running("relay")
@@ -364,7 +357,7 @@ def test_pause_relay_reports_partitions_not_taken_over(tmp_path: Path) -> None:
     )
     paused = ctx.supervisor.running("relay")
     assert paused is not None
-    _wait(lambda: b"taking" in paused.log_path.read_bytes())
+    wait_until(lambda: b"taking" in paused.log_path.read_bytes(), 10, "the processes")
     try:
         outcome = faults.pause_relay(ctx)
     finally:

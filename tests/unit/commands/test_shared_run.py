@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable
 
 import pytest
 
 from relay.commands.shared_run import CountWatch, PartitionWorkers
+from relay.devenv.waiting import wait_until
 from relay.errors import DatabaseError, ProducerFencedError
 from relay.publishing.types import DrainResult
 from tests.fakes.publishing import FakeClock
@@ -61,14 +61,16 @@ def test_a_fenced_partition_is_released_alone_and_taken_back_only_if_still_assig
     parts.fail = {1: ProducerFencedError("fenced"), 2: ProducerFencedError("fenced")}
     workers = workers_for(parts, clock)
     workers.assigned([0, 1, 2])
-    _until(lambda: parts.released.count(1) == 1 and parts.released.count(2) == 1)
+    wait_until(
+        lambda: parts.released.count(1) == 1 and parts.released.count(2) == 1, 10, "the workers"
+    )
     workers.revoked([2])  # the group gave partition 2 to another member meanwhile
     clock.now += 19
     workers.check()
     assert dict(parts.started) == {0: 1, 1: 1, 2: 1}  # too early to take 1 back
     clock.now += 1
     workers.check()
-    _until(lambda: parts.started[1] == 2)
+    wait_until(lambda: parts.started[1] == 2, 10, "the workers")
     assert parts.started[2] == 1  # not assigned here any more
     assert 0 in parts.running and not parts.running[0].is_set()  # the others went on
     workers.stop_all()
@@ -80,7 +82,7 @@ def test_any_other_error_of_a_worker_stops_the_process() -> None:
     workers = workers_for(parts, clock)
     workers.assigned([3])
     with pytest.raises(DatabaseError, match="refused"):
-        _until(lambda: _raises(workers.check))
+        wait_until(lambda: _raises(workers.check), 10, "the workers")
         workers.check()
 
 
@@ -90,15 +92,6 @@ def _raises(check: Callable[[], None]) -> bool:
     except Exception:
         return True
     return False
-
-
-def _until(condition: Callable[[], bool], timeout: float = 10) -> None:
-    """Until the workers' threads got there (polled, with a deadline)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for the workers")
-        threading.Event().wait(0.01)
 
 
 def test_the_count_watch_asks_every_few_seconds_and_survives_a_failed_read() -> None:

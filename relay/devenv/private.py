@@ -1,12 +1,12 @@
-"""The chaos run's own PostgreSQL server and Kafka broker, and the broker of its second
-Kafka cluster (the replicator's target) when the run replicates.
+"""Private servers: a PostgreSQL server and Kafka broker of their own (and the broker of a
+second Kafka cluster when asked), for a chaos run, a benchmark or a test that kills,
+restarts or reconfigures them.
 
-The harness kills and restarts them, so they are never the shared development servers:
-they live in a working directory of their own, on free loopback ports, and are stopped
-at the end of the run. The second cluster is started as :mod:`relay.devenv` starts the
-development environment's (``<workdir>/kafka-target``, sharing the first broker's jars).
-The broker jars are hard-linked from an existing development working directory when one
-has them (Maven resolves them otherwise).
+They are never the shared development servers: they live in a working directory of their
+own, on free loopback ports, and their owner stops them. The second cluster is started as
+:mod:`relay.devenv` starts the development environment's (``<workdir>/kafka-target``,
+sharing the first broker's jars). The broker jars are hard-linked from an existing
+development working directory when one has them (Maven resolves them otherwise).
 """
 
 from __future__ import annotations
@@ -14,45 +14,33 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from relay import devenv
+from relay.devenv.kafka import start_kafka, stop_kafka
 from relay.devenv.kafka_files import libs_dir, libs_resolved
+from relay.devenv.ports import free_ports
+from relay.devenv.postgres import start_postgres, stop_postgres
+from relay.devenv.target import start_target_kafka, stop_target_kafka
 from relay.devenv.workdir import (
     DEFAULT_DIRNAME,
-    LOOPBACK,
     Ports,
     env_workdir,
 )
+from relay.errors import DevEnvError
 from relay.postgres.migrations import PROJECT_ROOT
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
-class ChaosServers:
+class PrivateServers:
     workdir: Path
     ports: Ports
     database_url: str
     bootstrap_servers: str
     target_bootstrap_servers: str | None = None  # the second cluster's, when started
-
-
-def free_ports(count: int) -> list[int]:
-    """Distinct loopback ports nobody listens on right now."""
-    sockets: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind((LOOPBACK, 0))
-            sockets.append(sock)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def _share_kafka_libs(workdir: Path) -> None:
@@ -73,17 +61,17 @@ def _share_kafka_libs(workdir: Path) -> None:
         return
 
 
-def start_servers(workdir: Path, timeout: float = 120.0, *, target: bool = False) -> ChaosServers:
+def start_servers(workdir: Path, timeout: float = 120.0, *, target: bool = False) -> PrivateServers:
     """Start PostgreSQL and Kafka in ``workdir`` on free ports, and with ``target`` the
     broker of a second Kafka cluster too; returns how to reach them."""
     workdir.mkdir(parents=True, exist_ok=True)
     _share_kafka_libs(workdir)
     names = [f.name for f in fields(Ports)]  # every listener gets a free port of its own
     ports = Ports(**dict(zip(names, free_ports(len(names)), strict=True)))
-    url = devenv.start_postgres(workdir, port=ports.postgres, timeout=timeout)
-    bootstrap = devenv.start_kafka(workdir, ports=ports, timeout=timeout)
-    second = devenv.start_target_kafka(workdir, ports=ports, timeout=timeout) if target else None
-    return ChaosServers(workdir, ports, url, bootstrap, second)
+    url = start_postgres(workdir, port=ports.postgres, timeout=timeout)
+    bootstrap = start_kafka(workdir, ports=ports, timeout=timeout)
+    second = start_target_kafka(workdir, ports=ports, timeout=timeout) if target else None
+    return PrivateServers(workdir, ports, url, bootstrap, second)
 
 
 def start_broker(
@@ -95,16 +83,16 @@ def start_broker(
     _share_kafka_libs(workdir)
     names = [f.name for f in fields(Ports)]
     ports = Ports(**dict(zip(names, free_ports(len(names)), strict=True)))
-    return devenv.start_kafka(workdir, ports=ports, timeout=timeout, overrides=overrides)
+    return start_kafka(workdir, ports=ports, timeout=timeout, overrides=overrides)
 
 
 def stop_servers(workdir: Path) -> None:
     """Stop every server; never raises (the run's verdict is already known)."""
-    for stop in (devenv.stop_target_kafka, devenv.stop_kafka, devenv.stop_postgres):
+    for stop in (stop_target_kafka, stop_kafka, stop_postgres):
         try:
             stop(workdir, True)
-        except devenv.DevEnvError as exc:
-            log.warning("stopping a chaos server failed: %s", exc)
+        except DevEnvError as exc:
+            log.warning("stopping a private server failed: %s", exc)
 
 
 def remove_workdir(path: Path) -> None:
