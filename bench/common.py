@@ -16,13 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import sqlalchemy as sa
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
 from sqlalchemy.pool import NullPool
 
-from relay.devenv import databases
+from relay.devenv import databases, reader, topics
 from relay.devenv.cli_runner import relay_command
+from relay.devenv.databases import libpq_url
 from relay.postgres import migrations
 from relay.runtime.secrets import Secret
 
@@ -129,11 +128,6 @@ def database_url(admin_url: str, name: str) -> str:
     return sa.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
 
 
-def libpq_url(url: str) -> str:
-    """The same database as a libpq URL (for pgbench and psycopg)."""
-    return sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
 def fresh_database(admin_url: str, name: str, setup_sql: str = "") -> str:
     """Create database ``name``, apply the migrations with RELAY_PARTITIONS relay partitions
     (as tests/integration/support.py ``migrate()`` does), run ``setup_sql``; its URL."""
@@ -147,10 +141,7 @@ def fresh_database(admin_url: str, name: str, setup_sql: str = "") -> str:
 
 
 def drop_database(admin_url: str, name: str) -> None:
-    databases.drop_database(
-        sa.make_url(admin_url).set(drivername="postgresql").render_as_string(hide_password=False),
-        name,
-    )
+    databases.drop_database(libpq_url(admin_url), name)
 
 
 @contextmanager
@@ -224,54 +215,17 @@ def fill_outbox(url: str, table: str, topic: str, rows: int, chunk: int = 50_000
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int = KAFKA_PARTITIONS) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    new = NewTopic(topic, num_partitions=partitions, replication_factor=1)
-    admin.create_topics([new])[topic].result(30)
+    topics.create_topic(AdminClient({"bootstrap.servers": bootstrap}), topic, partitions)
 
 
-def delete_topics(bootstrap: str, topics: Sequence[str]) -> None:
-    """Delete ``topics`` (best effort: a benchmark's leftovers, not its result)."""
-    if not topics:
-        return
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.delete_topics(list(topics), operation_timeout=30).values():
-        try:
-            future.result(30)
-        except Exception as exc:
-            if "UNKNOWN_TOPIC" not in str(exc):
-                log(f"could not delete a topic: {exc}")
+def delete_topics(bootstrap: str, names: Sequence[str]) -> None:
+    """Delete ``names`` (best effort: a benchmark's leftovers, not its result)."""
+    topics.delete_topics(AdminClient({"bootstrap.servers": bootstrap}), names)
 
 
 def count_records(bootstrap: str, topic: str, timeout: float = 120.0) -> int:
     """Records a read_committed consumer sees in ``topic`` (all partitions, from the start)."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"bench-count-{run_id()}",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    try:
-        meta = consumer.list_topics(topic, timeout=30).topics[topic]
-        parts = [TopicPartition(topic, p, 0) for p in meta.partitions]
-        consumer.assign(parts)
-        at_end: set[int] = set()
-        total = 0
-        deadline = time.monotonic() + timeout
-        while len(at_end) < len(parts) and time.monotonic() < deadline:
-            for message in consumer.consume(10_000, 1.0):
-                error = message.error()
-                if error is None:
-                    total += 1
-                    at_end.discard(message.partition())
-                elif error.code() == KafkaError._PARTITION_EOF:
-                    at_end.add(int(message.partition() or 0))
-        return total
-    finally:
-        consumer.close()
+    return reader.count_committed(bootstrap, topic, timeout)
 
 
 # --- child processes -------------------------------------------------------------------------

@@ -29,7 +29,9 @@ from collections.abc import Sequence
 import psycopg
 from confluent_kafka import Producer
 
-from .common import BATCH_SIZE, libpq_url
+from relay.devenv.databases import libpq_url
+
+from .common import BATCH_SIZE
 
 PRODUCER = {
     "linger.ms": 20,

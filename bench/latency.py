@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import psycopg
 from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
+from relay.devenv.databases import libpq_url
 from relay.devenv.waiting import wait_until
 
 from .common import (
@@ -35,7 +36,6 @@ from .common import (
     create_topic,
     delete_topics,
     execute,
-    libpq_url,
     log,
     percentile,
     relay_cli,

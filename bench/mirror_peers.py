@@ -20,7 +20,9 @@ from collections.abc import Sequence
 import psycopg
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from .common import BATCH_SIZE, libpq_url
+from relay.devenv.databases import libpq_url
+
+from .common import BATCH_SIZE
 
 APPLY = """
 INSERT INTO bench_customers (customer, n, pad, source_seq)

@@ -21,12 +21,13 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from relay.devenv.databases import libpq_url
+
 from .common import (
     Outcome,
     Row,
     autocommit,
     execute,
-    libpq_url,
     log,
     scratch_database,
     server_settings,

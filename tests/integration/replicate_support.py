@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
+from relay.devenv.reader import read_committed
 from relay.replication.types import PROVENANCE_HEADERS, SOURCE_OFFSET_HEADER
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -134,48 +135,11 @@ def write_transactions(
 def read_log(bootstrap: str, topic: str, partitions: int) -> dict[int, list[Replicated]]:
     """Every committed record of each partition, from its first offset to its last
     stable offset."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"it-read-{uuid.uuid4().hex}",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            # A broker may call offset 0 of a partition just created out of range for a
-            # moment: start over at the beginning, never at the end.
-            "auto.offset.reset": "earliest",
-        }
-    )
-    found: dict[int, list[Replicated]] = {}
-    try:
-        for p in range(partitions):
-            tp = TopicPartition(topic, p)
-            _low, end = consumer.get_watermark_offsets(tp, timeout=30, cached=False)
-            records: list[Replicated] = []
-            consumer.assign([TopicPartition(topic, p, 0)])
-            while end > 0:
-                message = consumer.poll(30)
-                if message is None:
-                    raise AssertionError(f"{topic}[{p}]: nothing read within 30 s")
-                if message.error() is not None:
-                    if message.error().code() == message.error()._PARTITION_EOF:
-                        break
-                    raise AssertionError(str(message.error()))
-                records.append(
-                    Replicated(
-                        p,
-                        message.offset() or 0,
-                        message.key(),
-                        message.value(),
-                        tuple(message.headers() or ()),
-                        message.timestamp()[1],
-                    )
-                )
-                if (message.offset() or 0) + 1 >= end:
-                    break
-            found[p] = records
-    finally:
-        consumer.close()
+    found: dict[int, list[Replicated]] = {p: [] for p in range(partitions)}
+    for r in read_committed(bootstrap, topic):
+        found[r.partition].append(
+            Replicated(r.partition, r.offset, r.key, r.value, r.header_pairs, r.timestamp[1])
+        )
     return found
 
 
