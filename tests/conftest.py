@@ -22,6 +22,9 @@ from relay import devenv
 from relay.devenv import Endpoints, SaslEndpoint
 from relay.devenv.databases import ScratchDatabases
 from relay.devenv.topics import create_topic, delete_topics, unique_name
+from tests.parallel import exclusive, is_worker, runs_workers
+
+pytest_plugins = ["tests.parallel"]
 
 _INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
 
@@ -56,20 +59,41 @@ def devenv_workdir(pytestconfig: pytest.Config) -> Path | None:
     against external servers (``RELAY_TEST_*`` set)."""
     if _external_endpoints() is not None:
         return None
+    return _default_workdir(pytestconfig)
+
+
+def _default_workdir(config: pytest.Config) -> Path:
     if os.environ.get("RELAY_DEV_DIR"):
         return devenv.resolve_workdir()
-    return devenv.resolve_workdir(pytestconfig.rootpath / ".relay-dev")
+    return devenv.resolve_workdir(config.rootpath / ".relay-dev")
 
 
 @pytest.fixture(scope="session")
-def endpoints(devenv_workdir: Path | None) -> Iterator[Endpoints]:
+def endpoints(request: pytest.FixtureRequest, devenv_workdir: Path | None) -> Iterator[Endpoints]:
     external = _external_endpoints()
     if external is not None:
         yield external
         return
-    yield devenv.up(devenv_workdir)
-    if os.environ.get("RELAY_TEST_STOP_SERVICES") == "1":
+    with exclusive(_up_lock(devenv_workdir)):  # workers start (or reuse) them one at a time
+        started = devenv.up(devenv_workdir)
+    yield started
+    if _stop_services() and not is_worker(request.config):
         devenv.down(devenv_workdir)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """``RELAY_TEST_STOP_SERVICES=1`` with xdist: the controller stops the servers once every
+    worker is done."""
+    if _stop_services() and runs_workers(session.config) and _external_endpoints() is None:
+        devenv.down(_default_workdir(session.config))
+
+
+def _stop_services() -> bool:
+    return os.environ.get("RELAY_TEST_STOP_SERVICES") == "1"
+
+
+def _up_lock(workdir: Path | None) -> Path:
+    return (workdir or devenv.resolve_workdir()).parent / ".relay-dev-up.lock"
 
 
 @pytest.fixture(scope="session")

@@ -50,6 +50,7 @@ def test_paused_relay_is_fenced_by_a_new_instance_and_publishes_nothing_twice(
     assert_exactly_once_in_order(read_committed(relay_env.bootstrap_servers, topic), committed)
 
 
+@pytest.mark.serial  # restarts the shared PostgreSQL server
 def test_a_running_relay_outlives_a_postgresql_restart(
     relay_env: RelayTestEnv, topic: str, tmp_path: Path, devenv_workdir: Path | None
 ) -> None:
