@@ -2,12 +2,13 @@
 
 Services call :func:`publish` (with asyncio, :func:`publish_async`) inside their own
 database transaction; ``relay run`` (or the Spark job ``jobs/outbox_relay.py``) publishes
-committed events to Kafka exactly once.
+committed events to Kafka exactly once. Their unit tests record the events with
+:mod:`relay.testing`, without a database.
 The package's plan is in ``docs/architecture.md``.
 
-The names below load on first use (PEP 562): ``import relay.replication`` loads no
-database driver; ``relay.publish`` loads the PostgreSQL writer
-(:mod:`relay.postgres.outbox_writer`, SQLAlchemy and psycopg) when first used.
+The names below load on first use (PEP 562): ``import relay.replication`` or
+``import relay.testing`` loads no database driver; ``relay.publish`` loads the PostgreSQL
+writer (:mod:`relay.postgres.outbox_writer`, SQLAlchemy and psycopg) when first used.
 """
 
 from __future__ import annotations
