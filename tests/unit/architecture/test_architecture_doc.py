@@ -97,6 +97,16 @@ def test_the_row_of_a_package_names_each_of_its_modules(top: str) -> None:
     assert unnamed == [], f"docs/architecture.md: the row of {top} does not name {unnamed}"
 
 
+@pytest.mark.parametrize("top", [t for t in _top_level() if (PACKAGE / t[6:]).is_dir()])
+def test_the_row_of_a_package_names_no_module_it_does_not_have(top: str) -> None:
+    """Outside parentheses (which hold classes, functions, commands), a lower-case name in
+    backquotes is a module of the package."""
+    outside = re.sub(r"\([^()]*\)", "", _table().get(top, ""))
+    named = re.findall(r"`([a-z_][a-z0-9_]*)`", outside)
+    gone = [name for name in named if name not in _inner(top)]
+    assert gone == [], f"docs/architecture.md: the row of {top} names {gone}, not modules"
+
+
 def test_the_cli_row_and_box_name_every_subcommand() -> None:
     names = _subcommands()
     assert len(names) >= len(SUBCOMMANDS)
