@@ -2,18 +2,29 @@
 
 Services call :func:`publish` (with asyncio, :func:`publish_async`) inside their own
 database transaction; ``relay run`` (or the Spark job ``jobs/outbox_relay.py``) publishes
-committed events to Kafka exactly once.
+committed events to Kafka exactly once. Their unit tests record the events with
+:mod:`relay.testing`, without a database.
 The package's plan is in ``docs/architecture.md``.
+
+The names below load on first use (PEP 562): ``import relay.replication`` or
+``import relay.testing`` loads no database driver; ``relay.publish`` loads the PostgreSQL
+writer (:mod:`relay.postgres.outbox_writer`, SQLAlchemy and psycopg) when first used.
 """
 
-from relay.errors import InvalidEventError, RelayError, UnsupportedBindError
-from relay.postgres.outbox_writer import (
-    publish,
-    publish_async,
-    publish_many,
-    publish_many_async,
-)
-from relay.publishing.events import Event
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from relay.errors import InvalidEventError, RelayError, UnsupportedBindError
+    from relay.postgres.outbox_writer import (
+        publish,
+        publish_async,
+        publish_many,
+        publish_many_async,
+    )
+    from relay.publishing.events import Event
 
 __all__ = [
     "Event",
@@ -26,3 +37,29 @@ __all__ = [
     "publish_many_async",
 ]
 __version__ = "0.1.0"
+
+# Each public name and the module that defines it.
+_LAZY = {
+    "Event": "relay.publishing.events",
+    "InvalidEventError": "relay.errors",
+    "RelayError": "relay.errors",
+    "UnsupportedBindError": "relay.errors",
+    "publish": "relay.postgres.outbox_writer",
+    "publish_async": "relay.postgres.outbox_writer",
+    "publish_many": "relay.postgres.outbox_writer",
+    "publish_many_async": "relay.postgres.outbox_writer",
+}
+
+if not TYPE_CHECKING:  # hidden from type checkers: a typo stays an error, not Any
+
+    def __getattr__(name: str) -> Any:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value  # the next access does not come here
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,2 +1,3 @@
-"""What every layer above may use at run time: clock and deadline, retry policy, secrets,
-logs, failpoints and the run summary. Nothing here talks to a server."""
+"""What every layer above may use at run time: clock and deadline, retry policy, batch
+limits, secrets, logs, failpoints, metrics and health, progress and the run summary.
+Nothing here talks to a database or a broker."""

@@ -98,6 +98,7 @@ def test_the_installed_wheel_migrates_publishes_and_mirrors(
         names = archive.namelist()
     in_wheel = {os.path.dirname(n).replace("/", ".") for n in names if n.endswith(".py")}
     assert _source_packages() <= in_wheel, "packages missing from pyproject.toml's list"
+    assert "relay/py.typed" in names, "type checkers would ignore the installed package"
     for migration in (PROJECT_ROOT / "migrations" / "versions").glob("*.py"):
         assert f"relay/postgres/_migrations/versions/{migration.name}" in names
     bin_dir = _install(wheel, tmp_path)
