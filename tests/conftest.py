@@ -22,7 +22,7 @@ from relay import devenv
 from relay.devenv import Endpoints, SaslEndpoint
 from relay.devenv.databases import ScratchDatabases
 from relay.devenv.topics import create_topic, delete_topics, unique_name
-from tests.parallel import exclusive, is_worker, runs_workers
+from tests.workers import exclusive, is_worker, runs_workers
 
 pytest_plugins = ["tests.parallel"]
 

@@ -14,10 +14,11 @@ import fcntl
 import os
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from tests.workers import locked
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -34,35 +35,6 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return max(2, 2 * (os.cpu_count() or 1))
 
 
-def is_worker(config: pytest.Config) -> bool:
-    """Whether this process is an xdist worker (not the controller, not a plain run)."""
-    return hasattr(config, "workerinput")
-
-
-def runs_workers(config: pytest.Config) -> bool:
-    """Whether this process is the controller of xdist workers."""
-    return not is_worker(config) and bool(getattr(config.option, "numprocesses", 0))
-
-
-@contextmanager
-def exclusive(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on file ``path`` (created if missing): one process at a time,
-    across workers."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(path, fcntl.LOCK_EX):
-        yield
-
-
-@contextmanager
-def _locked(path: Path, mode: int) -> Iterator[None]:
-    with path.open("a") as handle:
-        fcntl.flock(handle, mode)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 @pytest.fixture(autouse=True)
 def _one_serial_test_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
@@ -73,10 +45,10 @@ def _one_serial_test_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]
     directory.mkdir(exist_ok=True)
     turnstile, room = directory / "turnstile.lock", directory / "room.lock"
     if request.node.get_closest_marker("serial") is not None:
-        with _locked(turnstile, fcntl.LOCK_EX), _locked(room, fcntl.LOCK_EX):
+        with locked(turnstile, fcntl.LOCK_EX), locked(room, fcntl.LOCK_EX):
             yield
         return
-    with _locked(turnstile, fcntl.LOCK_EX):
+    with locked(turnstile, fcntl.LOCK_EX):
         handle = room.open("a")
         fcntl.flock(handle, fcntl.LOCK_SH)
     try:

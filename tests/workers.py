@@ -1,0 +1,39 @@
+"""Which process of an xdist run this is, and file locks shared by its workers."""
+
+from __future__ import annotations
+
+import fcntl
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+
+def is_worker(config: pytest.Config) -> bool:
+    """Whether this process is an xdist worker (not the controller, not a plain run)."""
+    return hasattr(config, "workerinput")
+
+
+def runs_workers(config: pytest.Config) -> bool:
+    """Whether this process is the controller of xdist workers."""
+    return not is_worker(config) and bool(getattr(config.option, "numprocesses", 0))
+
+
+@contextmanager
+def exclusive(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on file ``path`` (created if missing): one process at a time,
+    across workers."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with locked(path, fcntl.LOCK_EX):
+        yield
+
+
+@contextmanager
+def locked(path: Path, mode: int) -> Iterator[None]:
+    with path.open("a") as handle:
+        fcntl.flock(handle, mode)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
