@@ -36,6 +36,9 @@ from relay.devenv.private import PrivateServers, remove_workdir, start_servers, 
 from relay.postgres.migrations import PROJECT_ROOT
 from relay.runtime.clock import Clock
 
+# How long the long-running processes may take to be running again after the last fault.
+RECOVERY_S = 30.0
+
 
 class ChaosRun:
     def __init__(
@@ -169,6 +172,13 @@ class ChaosRun:
         )
         deadline = self._clock.monotonic() + config.duration_limit_s
         FaultInjector(plan, ctx, log_file, gap_s=config.gap_s, deadline=deadline).run()
+        # The last fault's victim is restarted too before the writers stop (a Spark job
+        # runs from time to time, so only the long-running processes are waited for).
+        services = [name for name in supervisor.slots if name not in ctx.spark_jobs]
+        if not ctx.wait(lambda: all(supervisor.running(n) for n in services), RECOVERY_S):
+            self._emit(
+                f"chaos: not every process was running again {RECOVERY_S:g} s after the last fault"
+            )
 
 
 def _restart(restart: Callable[..., str], workdir: Path, how: object) -> None:

@@ -54,6 +54,7 @@ def private_broker(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         devenv.stop_kafka(workdir, True)
 
 
+@pytest.mark.long(60)
 def test_a_commit_in_doubt_is_settled_and_the_partition_publishes_again(
     database_url: str, private_broker: tuple[str, Path], tmp_path: Path
 ) -> None:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from sqlalchemy import create_engine
@@ -154,6 +155,7 @@ def _check_a_clean_run_then_injected_anomalies(
     assert "  replica_lost: source partition" in broken.stdout
 
 
+@pytest.mark.long(200)
 def test_short_chaos_run_loses_duplicates_and_reorders_nothing(tmp_path: Path) -> None:
     report_path = tmp_path / "report.json"
     started = time.monotonic()

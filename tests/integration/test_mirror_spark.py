@@ -8,6 +8,8 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.integration import support
 from tests.integration.mirror_support import (
     MirrorEnv,
@@ -27,6 +29,7 @@ def run_job(env: MirrorEnv, *args: str, **extra_env: str) -> subprocess.Complete
     return support.run_job("mirror.py", env.env(**extra_env), *args)
 
 
+@pytest.mark.long(45)
 def test_spark_job_applies_each_record_exactly_once_and_reruns_apply_only_new_ones(
     database_url: str, bootstrap_servers: str, make_topic: Callable[..., str], tmp_path: Path
 ) -> None:

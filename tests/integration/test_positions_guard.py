@@ -117,6 +117,7 @@ def _group_offsets(bootstrap: str, group: str) -> list[TopicPartition]:
     return [tp for tp in found.topic_partitions if tp.offset >= 0]
 
 
+@pytest.mark.long(70)
 def test_idle_positions_outlive_the_brokers_offset_retention(
     database_url: str, short_retention_broker: str, tmp_path: Path
 ) -> None:

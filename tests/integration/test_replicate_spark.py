@@ -53,6 +53,7 @@ def run_job(replica: ReplicaEnv, *args: str, **extra_env: str) -> subprocess.Com
     return support.run_job("replicate.py", replica.env(**extra_env), *args)
 
 
+@pytest.mark.long(55)
 def test_spark_job_copies_exactly_the_committed_records_and_a_rerun_copies_none(
     replica: ReplicaEnv, make_topic: Callable[..., str], target_topics: list[str]
 ) -> None:
@@ -95,6 +96,7 @@ def test_spark_job_copies_exactly_the_committed_records_and_a_rerun_copies_none(
     assert read_log(replica.target, f"sp.{topic}", 3) == target
 
 
+@pytest.mark.long(25)
 @pytest.mark.parametrize("point", ["before_commit", "after_commit"])
 def test_a_task_failing_mid_partition_is_rerun_by_spark_and_duplicates_nothing(
     replica: ReplicaEnv,

@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.integration.support import (
     RelayTestEnv,
     assert_exactly_once_in_order,
@@ -48,6 +50,7 @@ def drained(env: RelayTestEnv) -> bool:
     return env.sql("SELECT count(*) FROM outbox") == [(0,)]
 
 
+@pytest.mark.long(25)
 def test_processes_share_the_partitions_and_take_over_a_dead_or_paused_ones(
     relay_env: RelayTestEnv, topic: str, tmp_path: Path
 ) -> None:

@@ -150,6 +150,7 @@ def test_local_mode_runs_the_job_on_the_unpacked_archive(
     assert relay_env.sql("SELECT count(*) FROM outbox") == [(0,)]
 
 
+@pytest.mark.long(30)
 def test_executors_get_the_environment_from_archives(
     relay_env: RelayTestEnv, topic: str, packed_env: Path, tmp_path: Path
 ) -> None:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from relay.chaos.processes import is_stopped
 from tests.integration import support
 from tests.integration.support import (
@@ -27,6 +29,7 @@ def run_job(env: RelayTestEnv, *args: str, **extra_env: str) -> subprocess.Compl
     return support.run_job("outbox_relay.py", env.env(**extra_env), *args)
 
 
+@pytest.mark.long(30)
 def test_spark_job_publishes_four_relay_partitions_exactly_once(
     relay_env: RelayTestEnv, topic: str, tmp_path: Path
 ) -> None:
