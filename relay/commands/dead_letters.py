@@ -42,8 +42,7 @@ from relay.postgres.migrations import check_schema
 from relay.postgres.mirror_catalog import resolve_tables
 from relay.publishing.events import decode_headers
 from relay.runtime.secrets import Secret
-from relay.settings.loader import SettingsSource
-from relay.settings.mirror import MIRROR_ENV_PREFIX
+from relay.settings.mirror import load_mirror_selection
 
 if TYPE_CHECKING:  # commands use the PostgreSQL adapter's engines, never SQLAlchemy itself
     import sqlalchemy as sa
@@ -87,12 +86,12 @@ class Discarded:
 
 
 def load_mirror_options(
-    overrides: Mapping[str, object], environ: Mapping[str, str] | None = None
+    flags: Mapping[str, object], environ: Mapping[str, str] | None = None
 ) -> MirrorOptions:
-    """``config`` (``--mapping``, ``RELAY_MIRROR_CONFIG``) and ``group`` (``--group``,
-    ``RELAY_MIRROR_GROUP``): flags win, as for ``relay mirror``."""
-    source = SettingsSource(overrides, environ, prefix=MIRROR_ENV_PREFIX)
-    return MirrorOptions(source.text("config") or None, source.non_empty("group"))
+    """The mapping (``--mapping``, ``RELAY_MIRROR_CONFIG``) and the group (``--group``,
+    ``RELAY_MIRROR_GROUP``) where given: flags win, as for ``relay mirror``."""
+    selection = load_mirror_selection(flags, environ)
+    return MirrorOptions(selection.mapping_path, selection.group)
 
 
 @contextmanager

@@ -86,7 +86,7 @@ class LagRow:
 
 def _engine(settings: MirrorSettings, *, pooled: bool = True) -> Engine:
     return make_engine(
-        settings.relay.database_url,
+        settings.connections.database_url,
         application_name="relay-mirror",
         idle_transaction_timeout_s=settings.idle_transaction_timeout_s,
         pooled=pooled,
@@ -94,7 +94,7 @@ def _engine(settings: MirrorSettings, *, pooled: bool = True) -> Engine:
 
 
 def prepare(settings: MirrorSettings, engine: Engine) -> Prepared:
-    url = settings.relay.database_url
+    url = settings.connections.database_url
     with database_errors(url, "connecting"), engine.connect():
         pass
     check_schema(engine, url)
@@ -109,7 +109,7 @@ def prepare(settings: MirrorSettings, engine: Engine) -> Prepared:
 
 def kafka_topics(settings: MirrorSettings, mapping: MirrorMapping) -> dict[str, TopicIdentity]:
     """The id and partition count of each mapped topic, in mapping order."""
-    kafka = settings.relay.kafka
+    kafka = settings.connections.kafka
     admin = admin_client(kafka)
     check_broker(admin, kafka)
     found = describe_topics(admin, mapping.topics, kafka.request_timeout_s)
@@ -142,7 +142,7 @@ def targets_for(
     up to. A stored offset of another topic id is refused; one of this topic never passes
     the last stable offset of its time, so one read before it that is past it means the
     topic was truncated: an error."""
-    stored = group_offsets(engine, settings.relay.database_url, settings.group)
+    stored = group_offsets(engine, settings.connections.database_url, settings.group)
     check_topics(settings, prepared, stored)
     stable = stream.last_stable_offsets(prepared.partitions)
     for tp in prepared.partitions:
@@ -177,9 +177,9 @@ def _loop(
     observer: LoopObserver | None = None,
 ) -> MirrorLoop:
     store = PostgresMirrorStore(
-        engine, settings.relay.database_url, settings.group, tables, reflected
+        engine, settings.connections.database_url, settings.group, tables, reflected
     )
-    directory = KafkaTopicDirectory(settings.relay.kafka)
+    directory = KafkaTopicDirectory(settings.connections.kafka)
     return MirrorLoop(
         Applier(tables, store, Failpoints.from_env()),
         store,
@@ -215,9 +215,9 @@ class MirrorService:
         stream = stable = None
         try:
             prepared = prepare(self._settings, engine)
-            stream = KafkaRecordStream(self._settings.relay.kafka, self._settings.group)
-            if self._settings.relay.metrics_port is not None:  # the lag's, asked at scrape time
-                stable = KafkaRecordStream(self._settings.relay.kafka, self._settings.group)
+            stream = KafkaRecordStream(self._settings.connections.kafka, self._settings.group)
+            if self._settings.metrics_port is not None:  # the lag's, asked at scrape time
+                stable = KafkaRecordStream(self._settings.connections.kafka, self._settings.group)
             targets = targets_for(engine, self._settings, stream, prepared) if once else None
             loop = _loop(
                 self._settings,
@@ -261,7 +261,7 @@ def mirror_partition(
     stream = None
     try:
         mapping = load_mapping(settings.mapping_path).restricted_to((topic,))
-        tables, reflected = resolve_tables(engine, settings.relay.database_url, mapping)
+        tables, reflected = resolve_tables(engine, settings.connections.database_url, mapping)
         tp = (topic, partition)
         loop = _loop(
             settings,
@@ -272,7 +272,7 @@ def mirror_partition(
             retry=RetryPolicy(),
             clock=SystemClock(),
         )
-        stream = KafkaRecordStream(settings.relay.kafka, settings.group)
+        stream = KafkaRecordStream(settings.connections.kafka, settings.group)
         stream.assign([tp], loop)
         summary = loop.run(stream)
         return summary.partitions[0]
@@ -289,10 +289,10 @@ def lag_report(settings: MirrorSettings, *, checked: bool = False) -> list[LagRo
     stream = None
     try:
         prepared = prepare(settings, engine)
-        stored = group_offsets(engine, settings.relay.database_url, settings.group)
+        stored = group_offsets(engine, settings.connections.database_url, settings.group)
         if checked:
             check_topics(settings, prepared, stored)
-        stream = KafkaRecordStream(settings.relay.kafka, settings.group)
+        stream = KafkaRecordStream(settings.connections.kafka, settings.group)
         stable = stream.last_stable_offsets(prepared.partitions)
     finally:
         if stream is not None:
@@ -324,7 +324,7 @@ def reset_recreated_topic(settings: MirrorSettings, topic: str, *, yes: bool) ->
             raise ConfigurationError(
                 f"topic {topic} is not mapped in {prepared.mapping.source}: nothing to reset"
             )
-        url = settings.relay.database_url
+        url = settings.connections.database_url
         stale = stale_offsets(topic, identity, group_offsets(engine, url, settings.group))
         tables = [t for t in prepared.tables if topic in t.mapping.topics]
         filled = tables_with_rows(

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from relay.commands.mirror import LagRow, lag_report
 from relay.commands.startup import for_database, select_partitions
-from relay.errors import ConfigurationError, MigrationsNotAppliedError
+from relay.errors import MigrationsNotAppliedError
 from relay.kafka.admin import admin_client, check_broker
 from relay.kafka.positions import read_positions
 from relay.kafka.record_stream import KafkaRecordStream
@@ -28,17 +28,15 @@ from relay.postgres.outbox_status import (
     mirror_stored_offsets,
     outbox_status,
 )
-from relay.settings.loader import SettingsSource
-from relay.settings.mirror import MIRROR_ENV_PREFIX, MirrorSettings
+from relay.settings.mirror import MirrorSettings, load_mirror_selection
 from relay.settings.relay import RelaySettings
+from relay.settings.spec import Given
+from relay.settings.status import OUTPUTS, STATUS
 
 if TYPE_CHECKING:  # commands use the PostgreSQL adapter's engines, never SQLAlchemy itself
     from sqlalchemy import Engine
 
-STATUS_ENV_PREFIX = "RELAY_STATUS_"
-OUTPUTS = ("text", "json")
-
-_Number = TypeVar("_Number", int, float)
+__all__ = ["OUTPUTS"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,48 +181,21 @@ def failed_checks(report: StatusReport, options: StatusOptions) -> list[str]:
 
 
 def load_status_options(
-    overrides: Mapping[str, object], environ: Mapping[str, str] | None = None
+    flags: Mapping[str, object], environ: Mapping[str, str] | None = None
 ) -> StatusOptions:
     """``output``, ``max_lag`` and ``max_age_s`` from the flags, else ``RELAY_STATUS_*``."""
-    source = SettingsSource(overrides, environ, prefix=STATUS_ENV_PREFIX)
-    output = (source.text("output") or "text").strip().lower()
-    if output not in OUTPUTS:
-        raise ConfigurationError(
-            f"{source.env_name('output')} must be text or json, got {source.text('output')!r}"
-        )
-    return StatusOptions(
-        output,
-        _at_least_zero(source, "max_lag", int),
-        _at_least_zero(source, "max_age_s", float),
-    )
-
-
-def _at_least_zero(source: SettingsSource, name: str, kind: type[_Number]) -> _Number | None:
-    raw = source.raw(name)
-    if raw is None:
-        return None
-    try:
-        value = kind(str(raw))
-    except ValueError:
-        what = "a whole number" if kind is int else "a number of seconds"
-        raise ConfigurationError(f"{source.env_name(name)} must be {what}, got {raw!r}") from None
-    if value < 0:
-        raise ConfigurationError(f"{source.env_name(name)} must be 0 or more, got {value}")
-    return value
+    return StatusOptions(**Given(flags, environ).values(STATUS))
 
 
 def load_mirror_scope(
-    overrides: Mapping[str, object],
+    flags: Mapping[str, object],
     mirror_settings: Callable[[], MirrorSettings],
     environ: Mapping[str, str] | None = None,
 ) -> MirrorScope:
-    """With a mapping (``config``: ``--mapping``, ``RELAY_MIRROR_CONFIG``), the mirror's
-    settings as ``mirror_settings`` loads them; without, ``group`` and ``topics``
-    (``RELAY_MIRROR_GROUP``, ``RELAY_MIRROR_TOPICS``) filter mirror_offsets, when given."""
-    source = SettingsSource(overrides, environ, prefix=MIRROR_ENV_PREFIX)
-    if source.text("config"):
+    """With a mapping (``--mapping``, ``RELAY_MIRROR_CONFIG``), the mirror's settings as
+    ``mirror_settings`` loads them; without, the group and topics (``RELAY_MIRROR_GROUP``,
+    ``RELAY_MIRROR_TOPICS``) filter mirror_offsets, when given."""
+    selection = load_mirror_selection(flags, environ)
+    if selection.mapping_path:
         return MirrorScope(settings=mirror_settings())
-    topics = None
-    if raw_topics := source.text("topics"):
-        topics = tuple(t.strip() for t in raw_topics.split(",") if t.strip())
-    return MirrorScope(group=source.non_empty("group"), topics=topics)
+    return MirrorScope(group=selection.group, topics=selection.topics)

@@ -23,7 +23,8 @@ from relay.kafka.publisher import KafkaTransactionalPublisher
 from relay.publishing.ports import TransactionalPublisher
 from relay.publishing.types import CommittedPosition, OutboxRecord
 from relay.runtime.secrets import Secret
-from relay.settings.relay import KafkaSettings, RelaySettings
+from relay.settings.connections import KafkaSettings
+from relay.settings.relay import RelaySettings
 from tests.contract.conftest import TIMEOUT_S, Watermarks, memory_and
 from tests.fakes.publishing import OWNER, MemoryKafka, MemoryTopic
 
