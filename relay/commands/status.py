@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from relay.commands.mirror import LagRow, lag_report
 from relay.commands.startup import for_database, select_partitions
@@ -19,7 +18,7 @@ from relay.errors import MigrationsNotAppliedError
 from relay.kafka.admin import admin_client, check_broker
 from relay.kafka.positions import read_positions
 from relay.kafka.record_stream import KafkaRecordStream
-from relay.postgres.engine import database_errors, make_engine
+from relay.postgres.engine import Database, open_database
 from relay.postgres.migrations import SchemaRevision, schema_revision
 from relay.postgres.outbox_partitions import relay_partitions
 from relay.postgres.outbox_status import (
@@ -32,9 +31,6 @@ from relay.settings.mirror import MirrorSettings, load_mirror_selection
 from relay.settings.relay import RelaySettings
 from relay.settings.spec import Given
 from relay.settings.status import OUTPUTS, STATUS
-
-if TYPE_CHECKING:  # commands use the PostgreSQL adapter's engines, never SQLAlchemy itself
-    from sqlalchemy import Engine
 
 __all__ = ["OUTPUTS"]
 
@@ -85,34 +81,32 @@ def status(
     """The report; raises like the other commands when a server cannot be reached or the
     schema is one this package cannot run on."""
     url = settings.database_url
-    engine = make_engine(url, pool_size=1, application_name="relay-status")
+    database = open_database(url, pool_size=1, application_name="relay-status")
     try:
-        with database_errors(url, "connecting"), engine.connect():
+        with database.connect("connecting"):
             pass
-        schema = schema_revision(engine, url)
+        schema = schema_revision(database)
         if (problem := schema.problem()) is not None:
             raise MigrationsNotAppliedError(problem)
-        selected = select_partitions(partitions, relay_partitions(engine, url))
-        settings, _ = for_database(settings, engine)
+        selected = select_partitions(partitions, relay_partitions(database))
+        settings, _ = for_database(settings, database)
         check_broker(admin_client(settings.kafka), settings.kafka)
         # Kafka first: a row published in between counts as pending, never the reverse.
         found = read_positions(settings, selected)
-        checked_at, outbox = outbox_status(engine, url, {p: found[p].position for p in selected})
-        mirrored = _mirror_status(engine, settings, mirror or MirrorScope())
+        checked_at, outbox = outbox_status(database, {p: found[p].position for p in selected})
+        mirrored = _mirror_status(database, settings, mirror or MirrorScope())
     finally:
-        engine.dispose()
+        database.dispose()
     return StatusReport(checked_at, schema, settings.group, tuple(outbox), mirrored)
 
 
 def _mirror_status(
-    engine: Engine, settings: RelaySettings, scope: MirrorScope
+    database: Database, settings: RelaySettings, scope: MirrorScope
 ) -> tuple[MirrorPartitionStatus, ...]:
-    url = settings.database_url
     if scope.settings is not None:
         group = scope.settings.group
         dead = {
-            (s.topic, s.partition): s.dead_letters
-            for s in mirror_stored_offsets(engine, url, group)
+            (s.topic, s.partition): s.dead_letters for s in mirror_stored_offsets(database, group)
         }
         return tuple(
             _mirror_row(group, row, dead.get((row.topic, row.partition), 0))
@@ -120,7 +114,7 @@ def _mirror_status(
         )
     stored = [
         s
-        for s in mirror_stored_offsets(engine, url, scope.group)
+        for s in mirror_stored_offsets(database, scope.group)
         if scope.topics is None or s.topic in scope.topics
     ]
     if not stored:

@@ -23,14 +23,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import Connection, Engine, Row, Table, TextClause, text
+from sqlalchemy import Connection, Row, Table, TextClause, text
 from sqlalchemy.exc import DBAPIError
 
 from relay.mirroring.types import KafkaRecord, Op, RecordHeaders, ResolvedTable
-from relay.postgres.engine import database_errors, driver_message, is_transient
+from relay.postgres.engine import Database, database_errors, driver_message, is_transient
 from relay.postgres.mirror_store import PostgresMirrorStore
 from relay.postgres.outbox_writer import INSERT_EVENT
-from relay.runtime.secrets import Secret, mask_text
+from relay.runtime.secrets import mask_text
 
 Source = Literal["outbox", "mirror"]
 
@@ -144,9 +144,9 @@ class Selection:
 class DeadLetterTables:
     """Listing, reading and discarding the dead letters of ``outbox`` or ``mirror``."""
 
-    def __init__(self, engine: Engine, url: Secret) -> None:
-        self._engine = engine
-        self._url = url
+    def __init__(self, database: Database) -> None:
+        self._engine = database.engine
+        self._url = database.url
 
     def rows(
         self, source: Source, selection: Selection, limit: int | None = None
@@ -196,17 +196,13 @@ class DeadLetterTables:
 
 
 def replay_outbox(
-    engine: Engine,
-    url: Secret,
+    database: Database,
     dead_letter_id: int,
     check: Callable[[OutboxDeadLetter], str | None],
 ) -> Replayed:
     """Insert the dead letter into the outbox again and delete it, in one transaction;
     unless ``check`` gives a reason not to, which is stored as its new error."""
-    with (
-        database_errors(url, f"replaying outbox dead letter {dead_letter_id}"),
-        engine.begin() as conn,
-    ):
+    with database.begin(f"replaying outbox dead letter {dead_letter_id}") as conn:
         row = _locked(conn, "outbox", dead_letter_id)
         if row is None:
             return Replayed(dead_letter_id, found=False)
@@ -233,12 +229,11 @@ class MirrorReplayer(PostgresMirrorStore):
 
     def __init__(
         self,
-        engine: Engine,
-        url: Secret,
+        database: Database,
         tables: Sequence[ResolvedTable],
         reflected: Mapping[str, Table],
     ) -> None:
-        super().__init__(engine, url, "", tables, reflected)
+        super().__init__(database, "", tables, reflected)
 
     def replay(
         self,

@@ -9,13 +9,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, text
+from sqlalchemy import Connection, Row, text
 
 from relay.errors import InvalidEventError
-from relay.postgres.engine import database_errors
+from relay.postgres.engine import Database, database_errors
 from relay.publishing.events import decode_headers
 from relay.publishing.types import Headers, OutboxIdentity, OutboxRecord
-from relay.runtime.secrets import Secret
 
 # Committed rows of a relay partition in position order (I2, docs/invariants.md), at
 # base + ordinal of their transaction's marker in outbox_commits. The markers read are
@@ -172,11 +171,9 @@ class BatchEnds:
 class PostgresOutboxSource:
     """Implements :class:`relay.publishing.ports.OutboxSource` on the ``outbox`` table."""
 
-    def __init__(
-        self, engine: Engine, url: Secret, *, held_up_warning_s: float = HELD_UP_WARNING_S
-    ) -> None:
-        self._engine = engine
-        self._url = url
+    def __init__(self, database: Database, *, held_up_warning_s: float = HELD_UP_WARNING_S) -> None:
+        self._engine = database.engine
+        self._url = database.url
         self._held_up_warning_s = held_up_warning_s
         self._horizons: dict[int, int] = {}
         self._held_up_since: dict[int, float] = {}
