@@ -10,13 +10,13 @@ from dataclasses import dataclass, replace
 from relay.errors import ConfigurationError
 from relay.runtime.secrets import Secret
 from relay.settings.connections import (
-    DATABASE_URL,
     KAFKA,
     METRICS,
     METRICS_HOST,
     METRICS_PORT,
+    Connections,
     KafkaSettings,
-    load_kafka_settings,
+    load_connections,
     metrics_shown,
 )
 from relay.settings.spec import Given, Setting, boolean, describe, non_empty, seconds, whole
@@ -150,8 +150,7 @@ RELAY_FLAGS = (*RELAY, KAFKA.transaction_timeout_ms)
 
 @dataclass(frozen=True, slots=True)
 class RelaySettings:
-    database_url: Secret
-    kafka: KafkaSettings
+    connections: Connections  # the database and the Kafka cluster, as the mirror's
     transactional_id_prefix: str | None = TRANSACTIONAL_ID_PREFIX.default  # None: the database's
     positions_topic: str = POSITIONS_TOPIC.default
     positions_group: str | None = POSITIONS_GROUP.default  # None: the database's
@@ -165,6 +164,14 @@ class RelaySettings:
     member_session_timeout_ms: int = MEMBER_SESSION_TIMEOUT.default
     metrics_port: int | None = METRICS_PORT.default  # None: no /metrics, /healthz, /readyz
     metrics_host: str = METRICS_HOST.default
+
+    @property
+    def database_url(self) -> Secret:
+        return self.connections.database_url
+
+    @property
+    def kafka(self) -> KafkaSettings:
+        return self.connections.kafka
 
     def with_database_defaults(self, default_prefix: str) -> RelaySettings:
         """The prefix and positions group the database chose (``outbox_identity``) where
@@ -200,8 +207,7 @@ class RelaySettings:
     def describe(self) -> dict[str, str]:
         """The settings as text that is safe to log."""
         return {
-            "database_url": DATABASE_URL.shown(self.database_url),
-            "kafka": self.kafka.summary(),
+            **self.connections.describe(),
             **describe(RELAY, self),
             "metrics": metrics_shown(self.metrics_host, self.metrics_port),
         }
@@ -213,8 +219,7 @@ def load_settings(
     """Settings from the flags (``vars(args)``; None: not given) over ``RELAY_*``."""
     given = Given(flags, environ)
     return RelaySettings(
-        database_url=given.required(DATABASE_URL, "database"),
-        kafka=load_kafka_settings(given, KAFKA),
+        load_connections(given),
         **given.values(RELAY),
         **given.values(METRICS),
     )
