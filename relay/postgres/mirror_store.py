@@ -39,7 +39,7 @@ from relay.mirroring.types import (
     TopicPartitionKey,
     Upsert,
 )
-from relay.postgres.engine import Database, database_errors, driver_message
+from relay.postgres.engine import Database, driver_message
 from relay.postgres.schema import mirror_dead_letters, mirror_offsets
 from relay.runtime.secrets import mask_text
 
@@ -111,8 +111,7 @@ class PostgresMirrorStore:
         tables: Sequence[ResolvedTable],
         reflected: Mapping[str, sa.Table],
     ) -> None:
-        self._engine = database.engine
-        self._url = database.url
+        self._database = database
         self._group = group
         self._statements = {t.table: _TableStatements(t, reflected[t.table]) for t in tables}
 
@@ -121,8 +120,8 @@ class PostgresMirrorStore:
     ) -> dict[TopicPartitionKey, StoredOffset]:
         topics = sorted({topic for topic, _ in partitions})
         with (
-            database_errors(self._url, "reading mirror_offsets", retriable=True),
-            self._engine.connect() as conn,
+            self._database.errors("reading mirror_offsets", retriable=True),
+            self._database.engine.connect() as conn,
         ):
             rows = conn.execute(_SELECT_OFFSETS, {"group": self._group, "topics": topics}).all()
         return {
@@ -134,10 +133,8 @@ class PostgresMirrorStore:
         with (
             # Lost connections, deadlocks and serialization failures are retriable: the
             # batch was rolled back, or committed (the retry's compare-and-set tells which).
-            database_errors(
-                self._url, f"applying {batch.topic}[{batch.partition}]", retriable=True
-            ),
-            self._engine.connect() as conn,
+            self._database.errors(f"applying {batch.topic}[{batch.partition}]", retriable=True),
+            self._database.engine.connect() as conn,
             conn.begin(),
         ):
             self._advance(conn, batch)

@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, text
 
 from relay.errors import InvalidEventError
-from relay.postgres.engine import Database, database_errors
+from relay.postgres.engine import Database
 from relay.publishing.events import decode_headers
 from relay.publishing.types import Headers, OutboxIdentity, OutboxRecord
 
@@ -172,8 +172,7 @@ class PostgresOutboxSource:
     """Implements :class:`relay.publishing.ports.OutboxSource` on the ``outbox`` table."""
 
     def __init__(self, database: Database, *, held_up_warning_s: float = HELD_UP_WARNING_S) -> None:
-        self._engine = database.engine
-        self._url = database.url
+        self._database = database
         self._held_up_warning_s = held_up_warning_s
         self._horizons: dict[int, int] = {}
         self._held_up_since: dict[int, float] = {}
@@ -185,12 +184,12 @@ class PostgresOutboxSource:
         """A connection whose transient database errors become RetriableError: in a
         transaction with ``begin``, else in autocommit (each statement its own
         transaction, with no BEGIN and ROLLBACK around it: a fetch took half the time)."""
-        with database_errors(self._url, doing, retriable=True):
+        with self._database.errors(doing, retriable=True):
             if begin:
-                with self._engine.begin() as conn:
+                with self._database.engine.begin() as conn:
                     yield conn
             else:
-                with self._engine.connect() as conn:
+                with self._database.engine.connect() as conn:
                     yield conn.execution_options(isolation_level="AUTOCOMMIT")
 
     def _horizon(self, conn: Connection, partition: int) -> int:
