@@ -61,10 +61,6 @@ class Setting:
     def dest(self) -> str:
         return self.dest_name or self.env.removeprefix(ENV_PREFIX).lower()
 
-    @property
-    def flags(self) -> tuple[str, ...]:
-        return () if self.flag is None else (self.flag,)
-
     def default_text(self) -> str | None:
         """The default as help shows it; None when there is none."""
         if self.default_doc is not None:
@@ -162,7 +158,7 @@ class Given:
             return self._flags.get(setting.dest, ())
         if setting.dest in self._flags:
             given = self._flags[setting.dest]
-            if not isinstance(given, str) or setting.repeatable:
+            if not isinstance(given, str):
                 return given  # parsed by the flag's type, or a switch's constant
             return self._parse(setting, setting.flag or setting.env, given)
         raw = self._env.get(setting.env)
@@ -202,7 +198,8 @@ def describe(settings: Iterable[Setting], source: object) -> dict[str, str]:
 
 
 def declared_twice(settings: Iterable[Setting]) -> list[str]:
-    """Variables, flags or dests that more than one of ``settings`` declares."""
+    """Variables or dests that more than one of ``settings`` declares (a flag may repeat in
+    another family: `relay mirror --batch-size` is not `relay run --batch-size`)."""
     seen: dict[str, Setting] = {}
     twice = []
     for setting in settings:
