@@ -83,7 +83,7 @@ class LagRow:
         return max(0, self.last_stable_offset - (self.next_offset or 0))
 
 
-def _engine(settings: MirrorSettings, *, pooled: bool = True) -> Database:
+def _database(settings: MirrorSettings, *, pooled: bool = True) -> Database:
     return open_database(
         settings.connections.database_url,
         application_name="relay-mirror",
@@ -207,7 +207,7 @@ class MirrorService:
         self.metrics = metrics or MirrorMetrics()
 
     def run(self, once: bool) -> MirrorSummary:
-        database = _engine(self._settings)
+        database = _database(self._settings)
         stream = stable = None
         try:
             prepared = prepare(self._settings, database)
@@ -253,7 +253,7 @@ def mirror_partition(
     The task reads the stored offset itself, after it starts: a re-run or speculative
     copy of the task continues from what the other attempt committed, and their
     compare-and-sets keep them from applying anything twice."""
-    database = _engine(settings, pooled=False)
+    database = _database(settings, pooled=False)
     stream = None
     try:
         mapping = load_mapping(settings.mapping_path).restricted_to((topic,))
@@ -281,7 +281,7 @@ def mirror_partition(
 def lag_report(settings: MirrorSettings, *, checked: bool = False) -> list[LagRow]:
     """Stored offsets of the group against the brokers' last stable offsets; ``checked``:
     refuse stored offsets that do not fit the topics (TopicGuard's checks)."""
-    database = _engine(settings, pooled=False)
+    database = _database(settings, pooled=False)
     stream = None
     try:
         prepared = prepare(settings, database)
@@ -312,7 +312,7 @@ def reset_recreated_topic(settings: MirrorSettings, topic: str, *, yes: bool) ->
     move the stored offsets of other ids (or of none) there in one transaction; without,
     only say which. Refused (nothing changed) when a table the topic feeds takes its
     versions from Kafka offsets and holds rows."""
-    database = _engine(settings, pooled=False)
+    database = _database(settings, pooled=False)
     try:
         prepared = prepare(settings, database)
         identity = prepared.identities.get(topic)
