@@ -13,8 +13,9 @@ from relay.commands import dead_letters
 from relay.commands.dead_letters import DeadLetterRow, Selection, Source
 from relay.errors import ConfigurationError, ConfirmationRequiredError, DeadLetterError
 from relay.runtime.secrets import Secret, mask_text
-from relay.settings.env_flags import add_yes_flag, choice, env_flag
+from relay.settings.env_flags import add_yes_flag, env_flag
 from relay.settings.flags import add_connection_flags, add_mirror_flags, database_url_from_args
+from relay.settings.spec import choice
 
 OUTPUTS = ("text", "json")
 SOURCES = ("outbox", "mirror")
@@ -88,7 +89,7 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
                 f"--{source}",
                 env=f"{ENV}SOURCE",
                 default="outbox",
-                parse=choice(f"{ENV}SOURCE", SOURCES),
+                parse=choice(*SOURCES),
                 dest="source",
                 action="store_const",
                 const=source,
@@ -99,9 +100,7 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
 
 
 def _mirror(args: argparse.Namespace) -> dead_letters.MirrorOptions:
-    return dead_letters.load_mirror_options(
-        {"config": args.mirror_config, "group": args.mirror_group}
-    )
+    return dead_letters.load_mirror_options(vars(args))
 
 
 def _selection(args: argparse.Namespace, *, every: bool = False) -> Selection:

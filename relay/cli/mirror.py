@@ -81,7 +81,7 @@ def _mirror(args: argparse.Namespace) -> int:
     service = MirrorService(settings, metrics=metrics)
     stop_on_signals(service.stop_event.set, "applying what is fetched, then stopping")
     with (
-        serving(service.metrics, settings.relay.metrics_host, settings.relay.metrics_port),
+        serving(service.metrics, settings.metrics_host, settings.metrics_port),
         showing(progress, "applied", args.progress_interval_s),
     ):
         summary = service.run(once=args.once)

@@ -20,9 +20,14 @@ from relay.runtime.observed import ReplicaProgressMetrics
 from relay.runtime.progress import Progress
 from relay.runtime.summary import RunSummary
 from relay.settings.env_flags import add_yes_flag, env_flag
-from relay.settings.flags import add_metrics_flags, add_once_flag, add_progress_flag
+from relay.settings.flags import (
+    add_metrics_flags,
+    add_once_flag,
+    add_progress_flag,
+    add_replicate_flags,
+    replicate_settings_from_args,
+)
 from relay.settings.replicate import ReplicateSettings
-from relay.settings.replicate_flags import add_replicate_flags, replicate_settings_from_args
 
 log = logging.getLogger("relay")
 

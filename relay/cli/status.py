@@ -24,6 +24,8 @@ from relay.settings.flags import (
     mirror_settings_from_args,
     relay_settings_from_args,
 )
+from relay.settings.spec import add_flags
+from relay.settings.status import STATUS
 
 
 def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
@@ -35,26 +37,8 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
         "and the schema; --max-lag/--max-age exit 6 on a breach",
         conflict_handler="resolve",
     )
-    checks = parser.add_argument_group("status (flags win over RELAY_STATUS_* environment)")
-    checks.add_argument(
-        "--output",
-        choices=status.OUTPUTS,
-        type=str.lower,
-        help="text or json (one object) [RELAY_STATUS_OUTPUT=text]",
-    )
-    checks.add_argument(
-        "--max-lag",
-        type=int,
-        metavar="N",
-        help="exit 6 when a relay partition has more than N rows pending or a mirror "
-        "partition lags more than N records [RELAY_STATUS_MAX_LAG]",
-    )
-    checks.add_argument(
-        "--max-age",
-        dest="max_age_s",
-        type=float,
-        metavar="SECONDS",
-        help="exit 6 when a pending outbox row is older than this [RELAY_STATUS_MAX_AGE_S]",
+    add_flags(
+        parser.add_argument_group("status (flags win over RELAY_STATUS_* environment)"), STATUS
     )
     add_connection_flags(parser)
     add_relay_flags(parser)
@@ -66,14 +50,9 @@ def _status(args: argparse.Namespace) -> int:
     if logging.getLogger().level > logging.DEBUG:
         # Reading the schema revision is not a migration: no "Context impl" lines.
         logging.getLogger("alembic.runtime.migration").setLevel(logging.WARNING)
-    options = status.load_status_options(
-        {"output": args.output, "max_lag": args.max_lag, "max_age_s": args.max_age_s}
-    )
+    options = status.load_status_options(vars(args))
     settings = relay_settings_from_args(args)
-    mirror = status.load_mirror_scope(
-        {"config": args.mirror_config, "group": args.mirror_group, "topics": args.mirror_topics},
-        lambda: mirror_settings_from_args(args),
-    )
+    mirror = status.load_mirror_scope(vars(args), lambda: mirror_settings_from_args(args))
     report = status.status(settings, args.partitions, mirror)
     failed = status.failed_checks(report, options)
     render = render_json if options.output == "json" else render_text

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from relay.postgres import migrations
-from relay.postgres.engine import make_engine
+from relay.postgres.engine import open_database
 from relay.postgres.migrations import SchemaRevision
 from relay.postgres.outbox_partitions import CountChange, change_partition_count
 from relay.postgres.roles import grant_roles
@@ -22,21 +22,21 @@ def downgrade(url: Secret, revision: str) -> None:
 
 def current(url: Secret) -> SchemaRevision:
     """The database's schema revision against this package's migrations."""
-    engine = make_engine(url, pool_size=1)
+    database = open_database(url, pool_size=1)
     try:
-        return migrations.schema_revision(engine, url)
+        return migrations.schema_revision(database)
     finally:
-        engine.dispose()
+        database.dispose()
 
 
 def roles(url: Secret, mirror_tables: Sequence[str] = ()) -> None:
     """Create outbox_writer, outbox_relay and outbox_mirror if missing and grant them what
     they need (``mirror_tables``: the tables outbox_mirror may also write)."""
-    engine = make_engine(url, pool_size=1)
+    database = open_database(url, pool_size=1)
     try:
-        grant_roles(engine, url, mirror_tables)
+        grant_roles(database, mirror_tables)
     finally:
-        engine.dispose()
+        database.dispose()
 
 
 def set_partitions(url: Secret, partitions: int) -> CountChange:
@@ -44,8 +44,8 @@ def set_partitions(url: Secret, partitions: int) -> CountChange:
     (rows above the returned barrier wait for every row up to it); lowering it is refused
     (a DatabaseError) while committed rows wait to be published. Sharing `relay run`
     processes notice within seconds and grow the positions topic to match."""
-    engine = make_engine(url, pool_size=1)
+    database = open_database(url, pool_size=1)
     try:
-        return change_partition_count(engine, url, partitions)
+        return change_partition_count(database, partitions)
     finally:
-        engine.dispose()
+        database.dispose()

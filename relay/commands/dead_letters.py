@@ -37,17 +37,15 @@ from relay.postgres.dead_letters import (
     Source,
     replay_outbox,
 )
-from relay.postgres.engine import database_errors, make_engine
+from relay.postgres.engine import Database, open_database
 from relay.postgres.migrations import check_schema
 from relay.postgres.mirror_catalog import resolve_tables
 from relay.publishing.events import decode_headers
 from relay.runtime.secrets import Secret
-from relay.settings.loader import SettingsSource
-from relay.settings.mirror import MIRROR_ENV_PREFIX
+from relay.settings.mirror import load_mirror_selection
 
-if TYPE_CHECKING:  # commands use the PostgreSQL adapter's engines, never SQLAlchemy itself
+if TYPE_CHECKING:  # commands use the PostgreSQL adapter's handle, never SQLAlchemy itself
     import sqlalchemy as sa
-    from sqlalchemy import Engine
 
 __all__ = [
     "DeadLetterRow",
@@ -87,24 +85,24 @@ class Discarded:
 
 
 def load_mirror_options(
-    overrides: Mapping[str, object], environ: Mapping[str, str] | None = None
+    flags: Mapping[str, object], environ: Mapping[str, str] | None = None
 ) -> MirrorOptions:
-    """``config`` (``--mapping``, ``RELAY_MIRROR_CONFIG``) and ``group`` (``--group``,
-    ``RELAY_MIRROR_GROUP``): flags win, as for ``relay mirror``."""
-    source = SettingsSource(overrides, environ, prefix=MIRROR_ENV_PREFIX)
-    return MirrorOptions(source.text("config") or None, source.non_empty("group"))
+    """The mapping (``--mapping``, ``RELAY_MIRROR_CONFIG``) and the group (``--group``,
+    ``RELAY_MIRROR_GROUP``) where given: flags win, as for ``relay mirror``."""
+    selection = load_mirror_selection(flags, environ)
+    return MirrorOptions(selection.mapping_path, selection.group)
 
 
 @contextmanager
-def _tables(url: Secret) -> Iterator[tuple[Engine, DeadLetterTables]]:
-    engine = make_engine(url, pooled=False, application_name="relay-dead-letters")
+def _tables(url: Secret) -> Iterator[tuple[Database, DeadLetterTables]]:
+    database = open_database(url, pooled=False, application_name="relay-dead-letters")
     try:
-        with database_errors(url, "connecting"), engine.connect():
+        with database.connect("connecting"):
             pass
-        check_schema(engine, url)
-        yield engine, DeadLetterTables(engine, url)
+        check_schema(database)
+        yield database, DeadLetterTables(database)
     finally:
-        engine.dispose()
+        database.dispose()
 
 
 def list_dead_letters(
@@ -135,15 +133,15 @@ def replay(
     their records were first written; ids asked for that are not dead letters come back
     with ``found`` False."""
     mapping_path = replay_mapping(source, mirror)
-    with _tables(url) as (engine, tables):
+    with _tables(url) as (database, tables):
         ids = tables.ids(source, selection)
         missing = [Replayed(i, found=False) for i in _missing(selection, ids)]
         if not ids:
             return missing
         if mapping_path is None:
-            return [replay_outbox(engine, url, i, outbox_refusal) for i in ids] + missing
-        mapped, reflected = _mapped_tables(engine, url, mapping_path)
-        replayer = MirrorReplayer(engine, url, mapped, reflected)
+            return [replay_outbox(database, i, outbox_refusal) for i in ids] + missing
+        mapped, reflected = _mapped_tables(database, mapping_path)
+        replayer = MirrorReplayer(database, mapped, reflected)
         operations = partial(mirror_operations, mapped)
         return [replayer.replay(i, operations) for i in ids] + missing
 
@@ -172,9 +170,9 @@ def replay_mapping(source: Source, mirror: MirrorOptions | None) -> str | None:
 
 
 def _mapped_tables(
-    engine: Engine, url: Secret, mapping_path: str
+    database: Database, mapping_path: str
 ) -> tuple[tuple[ResolvedTable, ...], dict[str, sa.Table]]:
-    return resolve_tables(engine, url, load_mapping(mapping_path))
+    return resolve_tables(database, load_mapping(mapping_path))
 
 
 def outbox_refusal(letter: OutboxDeadLetter) -> str | None:

@@ -38,7 +38,7 @@ from relay.mirroring.types import (
     TopicIdentity,
     TopicPartitionKey,
 )
-from relay.postgres.engine import database_errors, make_engine
+from relay.postgres.engine import Database, open_database
 from relay.postgres.migrations import check_schema
 from relay.postgres.mirror_catalog import resolve_tables
 from relay.postgres.mirror_store import (
@@ -53,9 +53,8 @@ from relay.runtime.metrics import MirrorMetrics
 from relay.runtime.retry import RetryPolicy
 from relay.settings.mirror import MirrorSettings
 
-if TYPE_CHECKING:  # commands use the PostgreSQL adapter's engines, never SQLAlchemy itself
+if TYPE_CHECKING:  # commands use the PostgreSQL adapter's handle, never SQLAlchemy itself
     import sqlalchemy as sa
-    from sqlalchemy import Engine
 
 log = logging.getLogger(__name__)
 
@@ -84,24 +83,23 @@ class LagRow:
         return max(0, self.last_stable_offset - (self.next_offset or 0))
 
 
-def _engine(settings: MirrorSettings, *, pooled: bool = True) -> Engine:
-    return make_engine(
-        settings.relay.database_url,
+def _database(settings: MirrorSettings, *, pooled: bool = True) -> Database:
+    return open_database(
+        settings.connections.database_url,
         application_name="relay-mirror",
         idle_transaction_timeout_s=settings.idle_transaction_timeout_s,
         pooled=pooled,
     )
 
 
-def prepare(settings: MirrorSettings, engine: Engine) -> Prepared:
-    url = settings.relay.database_url
-    with database_errors(url, "connecting"), engine.connect():
+def prepare(settings: MirrorSettings, database: Database) -> Prepared:
+    with database.connect("connecting"):
         pass
-    check_schema(engine, url)
+    check_schema(database)
     mapping = load_mapping(settings.mapping_path)
     if settings.topics:
         mapping = mapping.restricted_to(settings.topics)
-    tables, reflected = resolve_tables(engine, url, mapping)
+    tables, reflected = resolve_tables(database, mapping)
     identities = kafka_topics(settings, mapping)
     partitions = tuple((t, p) for t, i in identities.items() for p in range(i.partitions))
     return Prepared(mapping, tables, reflected, partitions, identities)
@@ -109,7 +107,7 @@ def prepare(settings: MirrorSettings, engine: Engine) -> Prepared:
 
 def kafka_topics(settings: MirrorSettings, mapping: MirrorMapping) -> dict[str, TopicIdentity]:
     """The id and partition count of each mapped topic, in mapping order."""
-    kafka = settings.relay.kafka
+    kafka = settings.connections.kafka
     admin = admin_client(kafka)
     check_broker(admin, kafka)
     found = describe_topics(admin, mapping.topics, kafka.request_timeout_s)
@@ -136,13 +134,13 @@ def check_topics(
 
 
 def targets_for(
-    engine: Engine, settings: MirrorSettings, stream: KafkaRecordStream, prepared: Prepared
+    database: Database, settings: MirrorSettings, stream: KafkaRecordStream, prepared: Prepared
 ) -> dict[TopicPartitionKey, int]:
     """The last stable offset of each partition: what ``--once`` and the Spark job apply
     up to. A stored offset of another topic id is refused; one of this topic never passes
     the last stable offset of its time, so one read before it that is past it means the
     topic was truncated: an error."""
-    stored = group_offsets(engine, settings.relay.database_url, settings.group)
+    stored = group_offsets(database, settings.group)
     check_topics(settings, prepared, stored)
     stable = stream.last_stable_offsets(prepared.partitions)
     for tp in prepared.partitions:
@@ -167,7 +165,7 @@ def check_not_past_end(tp: TopicPartitionKey, stored: int | None, stable: int) -
 
 def _loop(
     settings: MirrorSettings,
-    engine: Engine,
+    database: Database,
     tables: Sequence[ResolvedTable],
     reflected: Mapping[str, sa.Table],
     *,
@@ -176,10 +174,8 @@ def _loop(
     clock: Clock,
     observer: LoopObserver | None = None,
 ) -> MirrorLoop:
-    store = PostgresMirrorStore(
-        engine, settings.relay.database_url, settings.group, tables, reflected
-    )
-    directory = KafkaTopicDirectory(settings.relay.kafka)
+    store = PostgresMirrorStore(database, settings.group, tables, reflected)
+    directory = KafkaTopicDirectory(settings.connections.kafka)
     return MirrorLoop(
         Applier(tables, store, Failpoints.from_env()),
         store,
@@ -211,17 +207,17 @@ class MirrorService:
         self.metrics = metrics or MirrorMetrics()
 
     def run(self, once: bool) -> MirrorSummary:
-        engine = _engine(self._settings)
+        database = _database(self._settings)
         stream = stable = None
         try:
-            prepared = prepare(self._settings, engine)
-            stream = KafkaRecordStream(self._settings.relay.kafka, self._settings.group)
-            if self._settings.relay.metrics_port is not None:  # the lag's, asked at scrape time
-                stable = KafkaRecordStream(self._settings.relay.kafka, self._settings.group)
-            targets = targets_for(engine, self._settings, stream, prepared) if once else None
+            prepared = prepare(self._settings, database)
+            stream = KafkaRecordStream(self._settings.connections.kafka, self._settings.group)
+            if self._settings.metrics_port is not None:  # the lag's, asked at scrape time
+                stable = KafkaRecordStream(self._settings.connections.kafka, self._settings.group)
+            targets = targets_for(database, self._settings, stream, prepared) if once else None
             loop = _loop(
                 self._settings,
-                engine,
+                database,
                 prepared.tables,
                 prepared.reflected,
                 targets=targets,
@@ -246,7 +242,7 @@ class MirrorService:
             for consumer in (stream, stable):
                 if consumer is not None:
                     consumer.close()
-            engine.dispose()
+            database.dispose()
 
 
 def mirror_partition(
@@ -257,47 +253,47 @@ def mirror_partition(
     The task reads the stored offset itself, after it starts: a re-run or speculative
     copy of the task continues from what the other attempt committed, and their
     compare-and-sets keep them from applying anything twice."""
-    engine = _engine(settings, pooled=False)
+    database = _database(settings, pooled=False)
     stream = None
     try:
         mapping = load_mapping(settings.mapping_path).restricted_to((topic,))
-        tables, reflected = resolve_tables(engine, settings.relay.database_url, mapping)
+        tables, reflected = resolve_tables(database, mapping)
         tp = (topic, partition)
         loop = _loop(
             settings,
-            engine,
+            database,
             tables,
             reflected,
             targets={tp: target},
             retry=RetryPolicy(),
             clock=SystemClock(),
         )
-        stream = KafkaRecordStream(settings.relay.kafka, settings.group)
+        stream = KafkaRecordStream(settings.connections.kafka, settings.group)
         stream.assign([tp], loop)
         summary = loop.run(stream)
         return summary.partitions[0]
     finally:
         if stream is not None:
             stream.close()
-        engine.dispose()
+        database.dispose()
 
 
 def lag_report(settings: MirrorSettings, *, checked: bool = False) -> list[LagRow]:
     """Stored offsets of the group against the brokers' last stable offsets; ``checked``:
     refuse stored offsets that do not fit the topics (TopicGuard's checks)."""
-    engine = _engine(settings, pooled=False)
+    database = _database(settings, pooled=False)
     stream = None
     try:
-        prepared = prepare(settings, engine)
-        stored = group_offsets(engine, settings.relay.database_url, settings.group)
+        prepared = prepare(settings, database)
+        stored = group_offsets(database, settings.group)
         if checked:
             check_topics(settings, prepared, stored)
-        stream = KafkaRecordStream(settings.relay.kafka, settings.group)
+        stream = KafkaRecordStream(settings.connections.kafka, settings.group)
         stable = stream.last_stable_offsets(prepared.partitions)
     finally:
         if stream is not None:
             stream.close()
-        engine.dispose()
+        database.dispose()
     return [LagRow(t, p, _next(stored, (t, p)), stable[(t, p)]) for t, p in prepared.partitions]
 
 
@@ -316,24 +312,21 @@ def reset_recreated_topic(settings: MirrorSettings, topic: str, *, yes: bool) ->
     move the stored offsets of other ids (or of none) there in one transaction; without,
     only say which. Refused (nothing changed) when a table the topic feeds takes its
     versions from Kafka offsets and holds rows."""
-    engine = _engine(settings, pooled=False)
+    database = _database(settings, pooled=False)
     try:
-        prepared = prepare(settings, engine)
+        prepared = prepare(settings, database)
         identity = prepared.identities.get(topic)
         if identity is None:
             raise ConfigurationError(
                 f"topic {topic} is not mapped in {prepared.mapping.source}: nothing to reset"
             )
-        url = settings.relay.database_url
-        stale = stale_offsets(topic, identity, group_offsets(engine, url, settings.group))
+        stale = stale_offsets(topic, identity, group_offsets(database, settings.group))
         tables = [t for t in prepared.tables if topic in t.mapping.topics]
-        filled = tables_with_rows(
-            engine, url, {t.table: prepared.reflected[t.table] for t in tables}
-        )
+        filled = tables_with_rows(database, {t.table: prepared.reflected[t.table] for t in tables})
         notes = reset_notes(topic, tables, filled) if stale else ()
         if stale and yes:
             moved = [(s.partition, s.stored) for s in stale]
-            reset_offsets(engine, url, settings.group, topic=topic, identity=identity, stale=moved)
+            reset_offsets(database, settings.group, topic=topic, identity=identity, stale=moved)
             log.info(
                 "group %s: %d offsets of %s reset to topic id %s",
                 settings.group,
@@ -343,4 +336,4 @@ def reset_recreated_topic(settings: MirrorSettings, topic: str, *, yes: bool) ->
             )
         return TopicReset(topic, identity, stale, notes, done=yes and bool(stale))
     finally:
-        engine.dispose()
+        database.dispose()

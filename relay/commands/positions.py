@@ -6,21 +6,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from relay.commands.startup import check_environment, for_database, select_partitions
 from relay.errors import ConfigurationError, PositionsMismatchError, RelayError, RetriableError
 from relay.kafka.positions import read_positions
 from relay.kafka.publisher import KafkaTransactionalPublisher
-from relay.postgres.engine import make_engine
+from relay.postgres.engine import Database, open_database
 from relay.postgres.outbox_source import PostgresOutboxSource
 from relay.postgres.published_floor import set_published_floor
 from relay.publishing.positions import RestoredPosition, restore_position
 from relay.publishing.types import CommittedPosition, PositionOwner
 from relay.settings.relay import RelaySettings
-
-if TYPE_CHECKING:  # commands use the PostgreSQL adapter's engines, never SQLAlchemy itself
-    from sqlalchemy import Engine
 
 _Result = TypeVar("_Result")
 
@@ -50,7 +47,7 @@ class _Session:
 
     settings: RelaySettings
     owner: PositionOwner
-    engine: Engine
+    database: Database
     source: PostgresOutboxSource
     partitions: list[int]
 
@@ -69,14 +66,14 @@ class _Session:
 
 @contextmanager
 def _session(settings: RelaySettings, partitions: Sequence[int] | None) -> Iterator[_Session]:
-    engine = make_engine(settings.database_url, pool_size=1)
+    database = open_database(settings.database_url, pool_size=1)
     try:
-        selected = select_partitions(partitions, check_environment(settings, engine))
-        settings, owner = for_database(settings, engine)
-        source = PostgresOutboxSource(engine, settings.database_url)
-        yield _Session(settings, owner, engine, source, selected)
+        selected = select_partitions(partitions, check_environment(settings, database))
+        settings, owner = for_database(settings, database)
+        source = PostgresOutboxSource(database)
+        yield _Session(settings, owner, database, source, selected)
     finally:
-        engine.dispose()
+        database.dispose()
 
 
 def show(
@@ -141,8 +138,7 @@ def set_position(settings: RelaySettings, partition: int, position: int) -> Posi
                     f"database assigned (seq {assigned}); the relay would refuse it"
                 )
             floor = session.source.published_floor(p)
-            url = session.settings.database_url
-            set_published_floor(session.engine, url, p, position, only_lower=True)
+            set_published_floor(session.database, p, position, only_lower=True)
             publisher.begin()
             try:
                 publisher.commit(position)
@@ -152,7 +148,7 @@ def set_position(settings: RelaySettings, partition: int, position: int) -> Posi
                 with suppress(RelayError):
                     publisher.abort()
                 raise
-            set_published_floor(session.engine, url, p, position)
+            set_published_floor(session.database, p, position)
             return PositionSet(p, committed.position, floor, position)
 
         (changed,) = session.fenced(step)

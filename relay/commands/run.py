@@ -12,7 +12,6 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from functools import partial
-from typing import TYPE_CHECKING
 
 from relay.commands.commit_watch import CommitWatch
 from relay.commands.shared_run import CountWatch, PartitionWorkers, poll_until_stopped
@@ -24,7 +23,7 @@ from relay.commands.startup import (
 )
 from relay.errors import ProducerFencedError, RetriableError
 from relay.kafka.membership import KafkaMembership
-from relay.postgres.engine import make_engine
+from relay.postgres.engine import Database, open_database
 from relay.postgres.outbox_partitions import committed_tops, relay_partitions
 from relay.postgres.outbox_status import outbox_status
 from relay.publishing.partition_relay import PartitionRelay
@@ -32,12 +31,8 @@ from relay.publishing.types import DrainResult, PositionOwner
 from relay.runtime.clock import Clock, SystemClock
 from relay.runtime.metrics import Backlog, OutboxMetrics
 from relay.runtime.retry import RetryPolicy
-from relay.runtime.secrets import Secret
 from relay.runtime.summary import RunSummary
 from relay.settings.relay import RelaySettings
-
-if TYPE_CHECKING:  # commands use the PostgreSQL adapter's engines, never SQLAlchemy itself
-    from sqlalchemy import Engine
 
 log = logging.getLogger(__name__)
 _IDLE_TRANSACTION_TIMEOUT_S = 30.0
@@ -45,17 +40,17 @@ _IDLE_TRANSACTION_TIMEOUT_S = 30.0
 
 def drain_partition(settings: RelaySettings, partition: int) -> DrainResult:
     """Publish everything committed in one relay partition, then return (a Spark task)."""
-    engine = make_engine(
+    database = open_database(
         settings.database_url, application_name="outbox-relay-task", pooled=False, pre_ping=False
     )
     retry = RetryPolicy(max_attempts=settings.retry_attempts)
-    settings, owner = for_database(settings, engine)
-    relay = build_partition_relay(settings, owner, partition, engine, retry=retry)
+    settings, owner = for_database(settings, database)
+    relay = build_partition_relay(settings, owner, partition, database, retry=retry)
     try:
         return relay.drain()
     finally:
         relay.close()
-        engine.dispose()
+        database.dispose()
 
 
 class ProcessRelay:
@@ -88,11 +83,11 @@ class ProcessRelay:
     def _run_round(self, once: bool, shared: bool) -> RunSummary[DrainResult] | None:
         """Start-up checks, then run; None when a sharing process saw the relay partition
         count change (relay db partitions) and must start over with the new count."""
-        engine = make_engine(self._settings.database_url, pool_size=1)
+        database = open_database(self._settings.database_url, pool_size=1)
         try:
-            count = check_environment(self._settings, engine)
+            count = check_environment(self._settings, database)
             partitions = select_partitions(self._requested, count)
-            settings, owner = for_database(self._settings, engine)
+            settings, owner = for_database(self._settings, database)
             if shared:
                 log.info(
                     "sharing the %d relay partitions with the other members of group %s",
@@ -104,7 +99,7 @@ class ProcessRelay:
                     "relaying partitions %s (%s)", partitions, "once" if once else "continuously"
                 )
         finally:
-            engine.dispose()
+            database.dispose()
         # The objects of start-up (modules, settings, clients) live as long as the process:
         # out of the collector's way, a full collection no longer walks them while every
         # partition's thread waits (70-110 ms each, several per 100k rows).
@@ -112,7 +107,7 @@ class ProcessRelay:
         # A connection for each partition and for the commit watch, kept open: opening one
         # per checkout cost ~10 ms a batch. No ping per checkout: a broken connection is a
         # RetriableError, and the batch is retried.
-        engine = make_engine(
+        database = open_database(
             settings.database_url,
             pool_size=len(partitions) + 1,
             pre_ping=False,
@@ -121,26 +116,24 @@ class ProcessRelay:
             idle_transaction_timeout_s=_IDLE_TRANSACTION_TIMEOUT_S,
         )
         try:
-            self.metrics.expect(
-                partitions, partial(backlog, engine, settings.database_url), shared=shared
-            )
+            self.metrics.expect(partitions, partial(backlog, database), shared=shared)
             if shared:
-                return self._share_partitions(settings, owner, engine, count)
-            return self._run_partitions(settings, owner, engine, partitions, once)
+                return self._share_partitions(settings, owner, database, count)
+            return self._run_partitions(settings, owner, database, partitions, once)
         finally:
-            engine.dispose()
+            database.dispose()
 
     def _share_partitions(
-        self, settings: RelaySettings, owner: PositionOwner, engine: Engine, count: int
+        self, settings: RelaySettings, owner: PositionOwner, database: Database, count: int
     ) -> RunSummary[DrainResult] | None:
-        watch = _commit_watch(settings, engine, range(count))
+        watch = _commit_watch(settings, database, range(count))
         session_s = settings.member_session_timeout_ms / 1000
         workers = PartitionWorkers(
             partial(
                 self._run_one,
                 settings=settings,
                 owner=owner,
-                engine=engine,
+                database=database,
                 once=False,
                 retry=RetryPolicy(),
                 watch=watch,
@@ -160,7 +153,7 @@ class ProcessRelay:
         )
         watcher.start()
         membership.join()
-        counted = partial(relay_partitions, engine, settings.database_url)
+        counted = partial(relay_partitions, database)
         try:
             changed = poll_until_stopped(
                 membership.poll, workers, self.stop_event, CountWatch(counted, count, self._clock)
@@ -178,7 +171,7 @@ class ProcessRelay:
         self,
         settings: RelaySettings,
         owner: PositionOwner,
-        engine: Engine,
+        database: Database,
         partitions: list[int],
         once: bool,
     ) -> RunSummary[DrainResult]:
@@ -186,12 +179,12 @@ class ProcessRelay:
         # meant to finish gives up after RELAY_RETRY_ATTEMPTS and says why.
         attempts = settings.retry_attempts if once else None
         retry = RetryPolicy(max_attempts=attempts)
-        watch = _commit_watch(settings, engine, partitions)
+        watch = _commit_watch(settings, database, partitions)
         run_one = partial(
             self._run_one,
             settings=settings,
             owner=owner,
-            engine=engine,
+            database=database,
             once=once,
             retry=retry,
             watch=watch,
@@ -220,7 +213,7 @@ class ProcessRelay:
         *,
         settings: RelaySettings,
         owner: PositionOwner,
-        engine: Engine,
+        database: Database,
         once: bool,
         retry: RetryPolicy,
         watch: CommitWatch,
@@ -229,7 +222,7 @@ class ProcessRelay:
             settings,
             owner,
             partition,
-            engine,
+            database,
             retry=retry,
             clock=self._clock,
             observer=self.metrics,
@@ -277,27 +270,27 @@ class ProcessRelay:
 
 
 def _commit_watch(
-    settings: RelaySettings, engine: Engine, partitions: Iterable[int]
+    settings: RelaySettings, database: Database, partitions: Iterable[int]
 ) -> CommitWatch:
     return CommitWatch(
         list(partitions),
-        partial(committed_tops, engine, settings.database_url),
+        partial(committed_tops, database),
         settings.commit_watch_s,
     )
 
 
-def backlog(engine: Engine, url: Secret, positions: Mapping[int, int]) -> dict[int, Backlog]:
+def backlog(database: Database, positions: Mapping[int, int]) -> dict[int, Backlog]:
     """Per relay partition, the rows pending above its position and the dead letters (the
     query of `relay status`; the metrics ask it at most every 10 s)."""
-    _, found = outbox_status(engine, url, positions)
+    _, found = outbox_status(database, positions)
     return {row.partition: Backlog(row.pending, row.dead_letters) for row in found}
 
 
 def plan_relay_job(settings: RelaySettings, requested: Sequence[int] | None) -> list[int]:
     """The relay partitions the forward Spark job runs as tasks, after the start-up
     checks (the same as ``relay run``'s)."""
-    engine = make_engine(settings.database_url, pool_size=1)
+    database = open_database(settings.database_url, pool_size=1)
     try:
-        return select_partitions(requested, check_environment(settings, engine))
+        return select_partitions(requested, check_environment(settings, database))
     finally:
-        engine.dispose()
+        database.dispose()

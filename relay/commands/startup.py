@@ -5,12 +5,11 @@ partition's :class:`~relay.publishing.partition_relay.PartitionRelay`."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from relay.errors import ConfigurationError
 from relay.kafka.admin import admin_client, check_broker, ensure_positions_topic
 from relay.kafka.publisher import KafkaTransactionalPublisher
-from relay.postgres.engine import database_errors
+from relay.postgres.engine import Database
 from relay.postgres.migrations import check_schema
 from relay.postgres.outbox_partitions import relay_partitions, stranded_rows
 from relay.postgres.outbox_source import PostgresOutboxSource
@@ -22,20 +21,17 @@ from relay.runtime.failpoints import Failpoints
 from relay.runtime.retry import RetryPolicy
 from relay.settings.relay import RelaySettings
 
-if TYPE_CHECKING:  # commands use the PostgreSQL adapter's engines, never SQLAlchemy itself
-    from sqlalchemy import Engine
 
-
-def check_environment(settings: RelaySettings, engine: Engine) -> int:
+def check_environment(settings: RelaySettings, database: Database) -> int:
     """Fail fast on an unreachable database or broker, or a schema that is not current.
 
     Creates the positions topic when it is missing. Returns the relay partition count.
     """
-    with database_errors(settings.database_url, "connecting"), engine.connect():
+    with database.connect("connecting"):
         pass
-    check_schema(engine, settings.database_url)
-    partitions = relay_partitions(engine, settings.database_url)
-    stranded = stranded_rows(engine, settings.database_url, partitions)
+    check_schema(database)
+    partitions = relay_partitions(database)
+    stranded = stranded_rows(database, partitions)
     if stranded:
         raise ConfigurationError(
             f"the outbox holds {stranded} rows in relay partitions {partitions} and above, "
@@ -62,10 +58,12 @@ def select_partitions(requested: Sequence[int] | None, partitions: int) -> list[
     return sorted(set(requested))
 
 
-def for_database(settings: RelaySettings, engine: Engine) -> tuple[RelaySettings, PositionOwner]:
+def for_database(
+    settings: RelaySettings, database: Database
+) -> tuple[RelaySettings, PositionOwner]:
     """``settings`` with the prefix and positions group the database chose where unset, and
     the owner every position of these relays carries (read once per run)."""
-    identity = PostgresOutboxSource(engine, settings.database_url).identity()
+    identity = PostgresOutboxSource(database).identity()
     settings = settings.with_database_defaults(identity.default_prefix)
     return settings, PositionOwner(identity.database_id, settings.prefix)
 
@@ -74,7 +72,7 @@ def build_partition_relay(
     settings: RelaySettings,
     owner: PositionOwner,
     partition: int,
-    engine: Engine,
+    database: Database,
     *,
     retry: RetryPolicy | None = None,
     clock: Clock | None = None,
@@ -83,7 +81,7 @@ def build_partition_relay(
     """``settings`` and ``owner`` as :func:`for_database` returns them."""
     return PartitionRelay(
         partition,
-        PostgresOutboxSource(engine, settings.database_url),
+        PostgresOutboxSource(database),
         KafkaTransactionalPublisher(settings, partition, owner),
         owner=owner,
         batch_size=settings.batch_size,

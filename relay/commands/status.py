@@ -11,15 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, TypeVar
 
 from relay.commands.mirror import LagRow, lag_report
 from relay.commands.startup import for_database, select_partitions
-from relay.errors import ConfigurationError, MigrationsNotAppliedError
+from relay.errors import MigrationsNotAppliedError
 from relay.kafka.admin import admin_client, check_broker
 from relay.kafka.positions import read_positions
 from relay.kafka.record_stream import KafkaRecordStream
-from relay.postgres.engine import database_errors, make_engine
+from relay.postgres.engine import Database, open_database
 from relay.postgres.migrations import SchemaRevision, schema_revision
 from relay.postgres.outbox_partitions import relay_partitions
 from relay.postgres.outbox_status import (
@@ -28,17 +27,12 @@ from relay.postgres.outbox_status import (
     mirror_stored_offsets,
     outbox_status,
 )
-from relay.settings.loader import SettingsSource
-from relay.settings.mirror import MIRROR_ENV_PREFIX, MirrorSettings
+from relay.settings.mirror import MirrorSettings, load_mirror_selection
 from relay.settings.relay import RelaySettings
+from relay.settings.spec import Given
+from relay.settings.status import OUTPUTS, STATUS
 
-if TYPE_CHECKING:  # commands use the PostgreSQL adapter's engines, never SQLAlchemy itself
-    from sqlalchemy import Engine
-
-STATUS_ENV_PREFIX = "RELAY_STATUS_"
-OUTPUTS = ("text", "json")
-
-_Number = TypeVar("_Number", int, float)
+__all__ = ["OUTPUTS"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,34 +81,32 @@ def status(
     """The report; raises like the other commands when a server cannot be reached or the
     schema is one this package cannot run on."""
     url = settings.database_url
-    engine = make_engine(url, pool_size=1, application_name="relay-status")
+    database = open_database(url, pool_size=1, application_name="relay-status")
     try:
-        with database_errors(url, "connecting"), engine.connect():
+        with database.connect("connecting"):
             pass
-        schema = schema_revision(engine, url)
+        schema = schema_revision(database)
         if (problem := schema.problem()) is not None:
             raise MigrationsNotAppliedError(problem)
-        selected = select_partitions(partitions, relay_partitions(engine, url))
-        settings, _ = for_database(settings, engine)
+        selected = select_partitions(partitions, relay_partitions(database))
+        settings, _ = for_database(settings, database)
         check_broker(admin_client(settings.kafka), settings.kafka)
         # Kafka first: a row published in between counts as pending, never the reverse.
         found = read_positions(settings, selected)
-        checked_at, outbox = outbox_status(engine, url, {p: found[p].position for p in selected})
-        mirrored = _mirror_status(engine, settings, mirror or MirrorScope())
+        checked_at, outbox = outbox_status(database, {p: found[p].position for p in selected})
+        mirrored = _mirror_status(database, settings, mirror or MirrorScope())
     finally:
-        engine.dispose()
+        database.dispose()
     return StatusReport(checked_at, schema, settings.group, tuple(outbox), mirrored)
 
 
 def _mirror_status(
-    engine: Engine, settings: RelaySettings, scope: MirrorScope
+    database: Database, settings: RelaySettings, scope: MirrorScope
 ) -> tuple[MirrorPartitionStatus, ...]:
-    url = settings.database_url
     if scope.settings is not None:
         group = scope.settings.group
         dead = {
-            (s.topic, s.partition): s.dead_letters
-            for s in mirror_stored_offsets(engine, url, group)
+            (s.topic, s.partition): s.dead_letters for s in mirror_stored_offsets(database, group)
         }
         return tuple(
             _mirror_row(group, row, dead.get((row.topic, row.partition), 0))
@@ -122,7 +114,7 @@ def _mirror_status(
         )
     stored = [
         s
-        for s in mirror_stored_offsets(engine, url, scope.group)
+        for s in mirror_stored_offsets(database, scope.group)
         if scope.topics is None or s.topic in scope.topics
     ]
     if not stored:
@@ -183,48 +175,21 @@ def failed_checks(report: StatusReport, options: StatusOptions) -> list[str]:
 
 
 def load_status_options(
-    overrides: Mapping[str, object], environ: Mapping[str, str] | None = None
+    flags: Mapping[str, object], environ: Mapping[str, str] | None = None
 ) -> StatusOptions:
     """``output``, ``max_lag`` and ``max_age_s`` from the flags, else ``RELAY_STATUS_*``."""
-    source = SettingsSource(overrides, environ, prefix=STATUS_ENV_PREFIX)
-    output = (source.text("output") or "text").strip().lower()
-    if output not in OUTPUTS:
-        raise ConfigurationError(
-            f"{source.env_name('output')} must be text or json, got {source.text('output')!r}"
-        )
-    return StatusOptions(
-        output,
-        _at_least_zero(source, "max_lag", int),
-        _at_least_zero(source, "max_age_s", float),
-    )
-
-
-def _at_least_zero(source: SettingsSource, name: str, kind: type[_Number]) -> _Number | None:
-    raw = source.raw(name)
-    if raw is None:
-        return None
-    try:
-        value = kind(str(raw))
-    except ValueError:
-        what = "a whole number" if kind is int else "a number of seconds"
-        raise ConfigurationError(f"{source.env_name(name)} must be {what}, got {raw!r}") from None
-    if value < 0:
-        raise ConfigurationError(f"{source.env_name(name)} must be 0 or more, got {value}")
-    return value
+    return StatusOptions(**Given(flags, environ).values(STATUS))
 
 
 def load_mirror_scope(
-    overrides: Mapping[str, object],
+    flags: Mapping[str, object],
     mirror_settings: Callable[[], MirrorSettings],
     environ: Mapping[str, str] | None = None,
 ) -> MirrorScope:
-    """With a mapping (``config``: ``--mapping``, ``RELAY_MIRROR_CONFIG``), the mirror's
-    settings as ``mirror_settings`` loads them; without, ``group`` and ``topics``
-    (``RELAY_MIRROR_GROUP``, ``RELAY_MIRROR_TOPICS``) filter mirror_offsets, when given."""
-    source = SettingsSource(overrides, environ, prefix=MIRROR_ENV_PREFIX)
-    if source.text("config"):
+    """With a mapping (``--mapping``, ``RELAY_MIRROR_CONFIG``), the mirror's settings as
+    ``mirror_settings`` loads them; without, the group and topics (``RELAY_MIRROR_GROUP``,
+    ``RELAY_MIRROR_TOPICS``) filter mirror_offsets, when given."""
+    selection = load_mirror_selection(flags, environ)
+    if selection.mapping_path:
         return MirrorScope(settings=mirror_settings())
-    topics = None
-    if raw_topics := source.text("topics"):
-        topics = tuple(t.strip() for t in raw_topics.split(",") if t.strip())
-    return MirrorScope(group=source.non_empty("group"), topics=topics)
+    return MirrorScope(group=selection.group, topics=selection.topics)

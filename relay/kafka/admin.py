@@ -24,7 +24,7 @@ from relay.mirroring.types import TopicIdentity
 from relay.runtime.clock import Deadline
 from relay.runtime.logs import LIBRDKAFKA_LOGGER
 from relay.runtime.secrets import is_sensitive_property, mask_text
-from relay.settings.relay import KafkaSettings
+from relay.settings.connections import KafkaSettings
 
 _log = logging.getLogger(LIBRDKAFKA_LOGGER)
 

@@ -42,7 +42,7 @@ from relay.replication.types import (
 )
 from relay.runtime.clock import Deadline
 from relay.runtime.logs import LIBRDKAFKA_LOGGER
-from relay.settings.relay import KafkaSettings
+from relay.settings.connections import KafkaSettings
 from relay.settings.replicate import ReplicateSettings
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from relay.kafka.errors import kafka_reason
 from relay.mirroring.ports import AssignmentListener
 from relay.mirroring.types import KafkaRecord, PartitionEnd, RecordHeaders, TopicPartitionKey
 from relay.runtime.logs import LIBRDKAFKA_LOGGER
-from relay.settings.relay import KafkaSettings
+from relay.settings.connections import KafkaSettings
 
 log = logging.getLogger(__name__)
 _librdkafka_log = logging.getLogger(LIBRDKAFKA_LOGGER)

@@ -23,14 +23,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import Connection, Engine, Row, Table, TextClause, text
+from sqlalchemy import Connection, Row, Table, TextClause, text
 from sqlalchemy.exc import DBAPIError
 
 from relay.mirroring.types import KafkaRecord, Op, RecordHeaders, ResolvedTable
-from relay.postgres.engine import database_errors, driver_message, is_transient
+from relay.postgres.engine import Database, driver_message, is_transient
 from relay.postgres.mirror_store import PostgresMirrorStore
 from relay.postgres.outbox_writer import INSERT_EVENT
-from relay.runtime.secrets import Secret, mask_text
+from relay.runtime.secrets import mask_text
 
 Source = Literal["outbox", "mirror"]
 
@@ -144,16 +144,15 @@ class Selection:
 class DeadLetterTables:
     """Listing, reading and discarding the dead letters of ``outbox`` or ``mirror``."""
 
-    def __init__(self, engine: Engine, url: Secret) -> None:
-        self._engine = engine
-        self._url = url
+    def __init__(self, database: Database) -> None:
+        self._database = database
 
     def rows(
         self, source: Source, selection: Selection, limit: int | None = None
     ) -> list[DeadLetterRow]:
         """The selected dead letters, oldest first, at most ``limit``."""
         params = {**selection.params(), "limit": limit}
-        with database_errors(self._url, f"reading {_TABLES[source]}"), self._engine.connect() as c:
+        with self._database.connect(f"reading {_TABLES[source]}") as c:
             found = c.execute(_LIST[source], params).all()
         return [
             DeadLetterRow(
@@ -174,16 +173,16 @@ class DeadLetterTables:
         statement = text(
             f"SELECT id FROM {_TABLES[source]} WHERE {_FILTERS[source]} ORDER BY {_ORDER[source]}"
         )
-        with database_errors(self._url, f"reading {_TABLES[source]}"), self._engine.connect() as c:
+        with self._database.connect(f"reading {_TABLES[source]}") as c:
             return [int(i) for i in c.execute(statement, selection.params()).scalars()]
 
     def outbox_letter(self, dead_letter_id: int) -> OutboxDeadLetter | None:
-        with database_errors(self._url, "reading outbox_dead_letters"), self._engine.connect() as c:
+        with self._database.connect("reading outbox_dead_letters") as c:
             row = c.execute(text(_ONE["outbox"]), {"id": dead_letter_id}).one_or_none()
         return None if row is None else _outbox_letter(row)
 
     def mirror_letter(self, dead_letter_id: int) -> MirrorDeadLetter | None:
-        with database_errors(self._url, "reading mirror_dead_letters"), self._engine.connect() as c:
+        with self._database.connect("reading mirror_dead_letters") as c:
             row = c.execute(text(_ONE["mirror"]), {"id": dead_letter_id}).one_or_none()
         return None if row is None else _mirror_letter(row)
 
@@ -191,22 +190,18 @@ class DeadLetterTables:
         """Delete the selected dead letters; returns the ids deleted."""
         table = _TABLES[source]
         statement = text(f"DELETE FROM {table} WHERE {_FILTERS[source]} RETURNING id")
-        with database_errors(self._url, f"deleting from {table}"), self._engine.begin() as c:
+        with self._database.begin(f"deleting from {table}") as c:
             return sorted(int(i) for i in c.execute(statement, selection.params()).scalars())
 
 
 def replay_outbox(
-    engine: Engine,
-    url: Secret,
+    database: Database,
     dead_letter_id: int,
     check: Callable[[OutboxDeadLetter], str | None],
 ) -> Replayed:
     """Insert the dead letter into the outbox again and delete it, in one transaction;
     unless ``check`` gives a reason not to, which is stored as its new error."""
-    with (
-        database_errors(url, f"replaying outbox dead letter {dead_letter_id}"),
-        engine.begin() as conn,
-    ):
+    with database.begin(f"replaying outbox dead letter {dead_letter_id}") as conn:
         row = _locked(conn, "outbox", dead_letter_id)
         if row is None:
             return Replayed(dead_letter_id, found=False)
@@ -233,12 +228,11 @@ class MirrorReplayer(PostgresMirrorStore):
 
     def __init__(
         self,
-        engine: Engine,
-        url: Secret,
+        database: Database,
         tables: Sequence[ResolvedTable],
         reflected: Mapping[str, Table],
     ) -> None:
-        super().__init__(engine, url, "", tables, reflected)
+        super().__init__(database, "", tables, reflected)
 
     def replay(
         self,
@@ -250,8 +244,8 @@ class MirrorReplayer(PostgresMirrorStore):
         it, in one transaction; a reason instead of operations, or the database refusing
         them, keeps it with that error."""
         with (
-            database_errors(self._url, f"replaying mirror dead letter {dead_letter_id}"),
-            self._engine.begin() as conn,
+            self._database.errors(f"replaying mirror dead letter {dead_letter_id}"),
+            self._database.engine.begin() as conn,
         ):
             row = _locked(conn, "mirror", dead_letter_id)
             if row is None:

@@ -1,12 +1,14 @@
-"""Engines and the translation of driver errors into the relay's exception tree."""
+"""The one engine factory, the database handle built on it, and the translation of driver
+errors into the relay's exception tree."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
@@ -39,6 +41,55 @@ def make_engine(
         {"pool_size": pool_size, "max_overflow": pool_size} if pooled else {"poolclass": NullPool}
     )
     return create_engine(url.reveal(), pool_pre_ping=pre_ping, connect_args=connect_args, **pool)
+
+
+@dataclass(frozen=True, slots=True)
+class Database:
+    """One database: an engine from :func:`make_engine` and its URL, which is kept (a
+    Secret) to name the server in messages with the password masked and to mask the
+    password in driver errors."""
+
+    engine: Engine
+    url: Secret
+
+    @property
+    def where(self) -> str:
+        """The URL with its password masked, safe to print."""
+        return mask_url(self.url.reveal())
+
+    def errors(self, doing: str, retriable: bool = False) -> AbstractContextManager[None]:
+        """:func:`database_errors` for this database."""
+        return database_errors(self.url, doing, retriable)
+
+    @contextmanager
+    def connect(self, doing: str, retriable: bool = False) -> Iterator[Connection]:
+        """A connection, driver errors translated (``doing``: what failed, if it does)."""
+        with self.errors(doing, retriable), self.engine.connect() as connection:
+            yield connection
+
+    @contextmanager
+    def begin(self, doing: str, retriable: bool = False) -> Iterator[Connection]:
+        """A connection in a transaction that commits at the end of the block."""
+        with self.errors(doing, retriable), self.engine.begin() as connection:
+            yield connection
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def open_database(url: Secret, pool_size: int = 5, **options: Any) -> Database:
+    """A :class:`Database` whose engine is :func:`make_engine`'s (same ``options``)."""
+    return Database(make_engine(url, pool_size, **options), url)
+
+
+@contextmanager
+def opened(url: Secret, pool_size: int = 5, **options: Any) -> Iterator[Database]:
+    """:func:`open_database` for the block, its engine disposed of at the end."""
+    database = open_database(url, pool_size, **options)
+    try:
+        yield database
+    finally:
+        database.dispose()
 
 
 @dataclass(frozen=True, slots=True)

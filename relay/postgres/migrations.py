@@ -23,8 +23,8 @@ revisions (docs/operations.md, "Upgrading while relays run").
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,10 +34,10 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext, MigrationInfo
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
-from sqlalchemy import Connection, Engine, inspect, text
+from sqlalchemy import Connection, inspect, text
 
 from relay.errors import ConfigurationError, MigrationsNotAppliedError
-from relay.postgres.engine import database_errors, make_engine
+from relay.postgres.engine import Database, opened
 from relay.runtime.secrets import Secret
 
 log = logging.getLogger(__name__)
@@ -138,27 +138,27 @@ class SchemaRevision:
         )
 
 
-def schema_revision(engine: Engine, url: Secret) -> SchemaRevision:
+def schema_revision(database: Database) -> SchemaRevision:
     scripts = _scripts()
     ours = _revisions(scripts)
     head = scripts.get_current_head()
     if head is None:
         raise ConfigurationError("no migrations found")
-    with database_errors(url, "reading the schema revision"), engine.connect() as conn:
+    with database.connect("reading the schema revision") as conn:
         current = _current_revision(conn, ours)
         newer = current is not None and current not in ours
         oldest = _oldest_compatible_recorded(conn, current) if newer else None
     return SchemaRevision(current, head, newer, oldest, newer and oldest in ours)
 
 
-def current_revision(engine: Engine, url: Secret) -> str | None:
-    return schema_revision(engine, url).current
+def current_revision(database: Database) -> str | None:
+    return schema_revision(database).current
 
 
-def check_schema(engine: Engine, url: Secret) -> None:
+def check_schema(database: Database) -> None:
     """Fail fast unless a relay of this package may run on the database's schema: at this
     package's head, or at a later release's revision that names one of ours as compatible."""
-    revision = schema_revision(engine, url)
+    revision = schema_revision(database)
     problem = revision.problem()
     if problem is not None:
         raise MigrationsNotAppliedError(problem)
@@ -172,28 +172,37 @@ def check_schema(engine: Engine, url: Secret) -> None:
 
 
 def upgrade(url: Secret, revision: str = "head") -> None:
-    if revision == "head" and _already_newer(url):
-        return
-    with database_errors(url, "upgrading the schema"), _alembic_errors("upgrading the schema"):
-        command.upgrade(alembic_config(url), revision)
+    with _migrating(url) as database:
+        if revision == "head" and _already_newer(database):
+            return
+        _run_alembic(database, "upgrading the schema", command.upgrade, revision)
 
 
 def downgrade(url: Secret, revision: str) -> None:
-    with (
-        database_errors(url, "downgrading the schema"),
-        _alembic_errors("downgrading the schema"),
-    ):
-        command.downgrade(alembic_config(url), revision)
+    with _migrating(url) as database:
+        _run_alembic(database, "downgrading the schema", command.downgrade, revision)
 
 
-def _already_newer(url: Secret) -> bool:
+def _migrating(url: Secret) -> AbstractContextManager[Database]:
+    """The database for one Alembic run, from the one engine factory."""
+    return opened(url, pooled=False, application_name="relay-migrations")
+
+
+def _run_alembic(
+    database: Database, doing: str, run: Callable[[Config, str], None], revision: str
+) -> None:
+    """Alembic's ``run`` (upgrade, downgrade) on a connection of ``database``: env.py
+    takes it from the configuration's attributes and builds no engine of its own."""
+    config = alembic_config()
+    with database.connect(doing) as connection, _alembic_errors(doing):
+        config.attributes["connection"] = connection
+        run(config, revision)
+
+
+def _already_newer(database: Database) -> bool:
     """True when a later release has migrated the database to a schema compatible with
     this package (``relay db upgrade`` has nothing to do); raises when it is not."""
-    engine = make_engine(url, pool_size=1)
-    try:
-        revision = schema_revision(engine, url)
-    finally:
-        engine.dispose()
+    revision = schema_revision(database)
     if not revision.newer:
         return False
     problem = revision.problem()

@@ -8,14 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import Engine
 from sqlalchemy.engine.interfaces import ReflectedIndex
 
 from relay.errors import ConfigurationError
 from relay.mirroring.mapping import MirrorMapping, TableMapping
 from relay.mirroring.types import ColumnKind, ResolvedTable
-from relay.postgres.engine import database_errors
-from relay.runtime.secrets import Secret
+from relay.postgres.engine import Database
 
 
 def column_kind(column_type: sa.types.TypeEngine[Any]) -> ColumnKind:
@@ -42,12 +40,12 @@ def column_kind(column_type: sa.types.TypeEngine[Any]) -> ColumnKind:
 
 
 def resolve_tables(
-    engine: Engine, url: Secret, mapping: MirrorMapping
+    database: Database, mapping: MirrorMapping
 ) -> tuple[tuple[ResolvedTable, ...], dict[str, sa.Table]]:
     """The mapping's tables checked against the database, and their reflected tables."""
     resolved: list[ResolvedTable] = []
     reflected: dict[str, sa.Table] = {}
-    with database_errors(url, "reading the mirrored tables"), engine.connect() as conn:
+    with database.connect("reading the mirrored tables") as conn:
         inspector = sa.inspect(conn)
         for table_mapping in mapping.tables:
             where = f"mirror mapping {mapping.source}: table {table_mapping.table}"

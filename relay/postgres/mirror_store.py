@@ -22,7 +22,7 @@ from itertools import groupby
 from typing import Literal
 
 import sqlalchemy as sa
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError
 
@@ -39,9 +39,9 @@ from relay.mirroring.types import (
     TopicPartitionKey,
     Upsert,
 )
-from relay.postgres.engine import database_errors, driver_message
+from relay.postgres.engine import Database, driver_message
 from relay.postgres.schema import mirror_dead_letters, mirror_offsets
-from relay.runtime.secrets import Secret, mask_text
+from relay.runtime.secrets import mask_text
 
 _SELECT_OFFSETS = sa.text(
     "SELECT topic, partition, next_offset, topic_id, topic_partitions FROM mirror_offsets "
@@ -106,14 +106,12 @@ class PostgresMirrorStore:
 
     def __init__(
         self,
-        engine: Engine,
-        url: Secret,
+        database: Database,
         group: str,
         tables: Sequence[ResolvedTable],
         reflected: Mapping[str, sa.Table],
     ) -> None:
-        self._engine = engine
-        self._url = url
+        self._database = database
         self._group = group
         self._statements = {t.table: _TableStatements(t, reflected[t.table]) for t in tables}
 
@@ -122,8 +120,8 @@ class PostgresMirrorStore:
     ) -> dict[TopicPartitionKey, StoredOffset]:
         topics = sorted({topic for topic, _ in partitions})
         with (
-            database_errors(self._url, "reading mirror_offsets", retriable=True),
-            self._engine.connect() as conn,
+            self._database.errors("reading mirror_offsets", retriable=True),
+            self._database.engine.connect() as conn,
         ):
             rows = conn.execute(_SELECT_OFFSETS, {"group": self._group, "topics": topics}).all()
         return {
@@ -135,10 +133,8 @@ class PostgresMirrorStore:
         with (
             # Lost connections, deadlocks and serialization failures are retriable: the
             # batch was rolled back, or committed (the retry's compare-and-set tells which).
-            database_errors(
-                self._url, f"applying {batch.topic}[{batch.partition}]", retriable=True
-            ),
-            self._engine.connect() as conn,
+            self._database.errors(f"applying {batch.topic}[{batch.partition}]", retriable=True),
+            self._database.engine.connect() as conn,
             conn.begin(),
         ):
             self._advance(conn, batch)
@@ -230,22 +226,18 @@ class PostgresMirrorStore:
         }
 
 
-def group_offsets(engine: Engine, url: Secret, group: str) -> dict[TopicPartitionKey, StoredOffset]:
+def group_offsets(database: Database, group: str) -> dict[TopicPartitionKey, StoredOffset]:
     """Every stored offset of ``group``."""
     c = mirror_offsets.c
     query = sa.select(c.topic, c.partition, c.next_offset, c.topic_id, c.topic_partitions).where(
         c.consumer_group == group
     )
-    with (
-        database_errors(url, "reading mirror_offsets", retriable=True),
-        engine.connect() as conn,
-    ):
+    with database.connect("reading mirror_offsets", retriable=True) as conn:
         return {(r[0], r[1]): StoredOffset(r[2], r[3], r[4]) for r in conn.execute(query)}
 
 
 def reset_offsets(
-    engine: Engine,
-    url: Secret,
+    database: Database,
     group: str,
     *,
     topic: str,
@@ -255,7 +247,7 @@ def reset_offsets(
     """Move the ``stale`` offsets (partition, as read) of ``topic`` to offset 0 of the
     topic ``identity``, in one transaction; MirrorOffsetConflict (nothing changed) when
     one of them changed since it was read."""
-    with database_errors(url, "resetting mirror_offsets"), engine.begin() as conn:
+    with database.begin("resetting mirror_offsets") as conn:
         for partition, stored in stale:
             params = {
                 "group": group,
@@ -276,9 +268,9 @@ def reset_offsets(
                 )
 
 
-def tables_with_rows(engine: Engine, url: Secret, tables: Mapping[str, sa.Table]) -> list[str]:
+def tables_with_rows(database: Database, tables: Mapping[str, sa.Table]) -> list[str]:
     """The names of ``tables`` (name -> reflected table) that hold at least one row."""
-    with database_errors(url, "reading the mirrored tables"), engine.connect() as conn:
+    with database.connect("reading the mirrored tables") as conn:
         return [
             name
             for name, table in tables.items()

@@ -9,13 +9,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, text
+from sqlalchemy import Connection, Row, text
 
 from relay.errors import InvalidEventError
-from relay.postgres.engine import database_errors
+from relay.postgres.engine import Database
 from relay.publishing.events import decode_headers
 from relay.publishing.types import Headers, OutboxIdentity, OutboxRecord
-from relay.runtime.secrets import Secret
 
 # Committed rows of a relay partition in position order (I2, docs/invariants.md), at
 # base + ordinal of their transaction's marker in outbox_commits. The markers read are
@@ -172,11 +171,8 @@ class BatchEnds:
 class PostgresOutboxSource:
     """Implements :class:`relay.publishing.ports.OutboxSource` on the ``outbox`` table."""
 
-    def __init__(
-        self, engine: Engine, url: Secret, *, held_up_warning_s: float = HELD_UP_WARNING_S
-    ) -> None:
-        self._engine = engine
-        self._url = url
+    def __init__(self, database: Database, *, held_up_warning_s: float = HELD_UP_WARNING_S) -> None:
+        self._database = database
         self._held_up_warning_s = held_up_warning_s
         self._horizons: dict[int, int] = {}
         self._held_up_since: dict[int, float] = {}
@@ -188,12 +184,12 @@ class PostgresOutboxSource:
         """A connection whose transient database errors become RetriableError: in a
         transaction with ``begin``, else in autocommit (each statement its own
         transaction, with no BEGIN and ROLLBACK around it: a fetch took half the time)."""
-        with database_errors(self._url, doing, retriable=True):
+        with self._database.errors(doing, retriable=True):
             if begin:
-                with self._engine.begin() as conn:
+                with self._database.engine.begin() as conn:
                     yield conn
             else:
-                with self._engine.connect() as conn:
+                with self._database.engine.connect() as conn:
                     yield conn.execution_options(isolation_level="AUTOCOMMIT")
 
     def _horizon(self, conn: Connection, partition: int) -> int:

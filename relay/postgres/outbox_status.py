@@ -9,11 +9,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Engine, text
+from sqlalchemy import text
 
-from relay.postgres.engine import database_errors
+from relay.postgres.engine import Database
 from relay.postgres.outbox_source import HORIZON_BLOCKERS
-from relay.runtime.secrets import Secret
 
 # HORIZON_BLOCKERS: the holders of a relay partition's lock, named as in the relay's own
 # warning (one query for both; docs/operations.md, "A relay partition held up ...").
@@ -81,13 +80,13 @@ class MirrorStoredOffset:
 
 
 def outbox_status(
-    engine: Engine, url: Secret, positions: Mapping[int, int]
+    database: Database, positions: Mapping[int, int]
 ) -> tuple[datetime, list[OutboxPartitionStatus]]:
     """The database's time and each relay partition of ``positions`` (partition ->
     position committed in Kafka) as the database sees it."""
     partitions = sorted(positions)
     params = {"partitions": partitions, "positions": [positions[p] for p in partitions]}
-    with database_errors(url, "reading the outbox's status"), engine.connect() as conn:
+    with database.connect("reading the outbox's status") as conn:
         now = conn.execute(_NOW).scalar_one()
         rows = conn.execute(_OUTBOX, params).all()
         barrier = conn.execute(_BARRIER).scalar()
@@ -117,12 +116,10 @@ def outbox_status(
     ]
 
 
-def mirror_stored_offsets(
-    engine: Engine, url: Secret, group: str | None = None
-) -> list[MirrorStoredOffset]:
+def mirror_stored_offsets(database: Database, group: str | None = None) -> list[MirrorStoredOffset]:
     """Every row of mirror_offsets (of ``group``; None: of every group) with its dead
     letters."""
-    with database_errors(url, "reading mirror_offsets"), engine.connect() as conn:
+    with database.connect("reading mirror_offsets") as conn:
         rows = conn.execute(_MIRROR, {"group": group}).all()
     return [
         MirrorStoredOffset(

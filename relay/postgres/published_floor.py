@@ -8,10 +8,9 @@ docs/invariants.md).
 
 from __future__ import annotations
 
-from sqlalchemy import Engine, text
+from sqlalchemy import text
 
-from relay.postgres.engine import database_errors
-from relay.runtime.secrets import Secret
+from relay.postgres.engine import Database
 
 _LOWER = text(
     "UPDATE outbox_published_floor SET position = :position, updated_at = now() "
@@ -26,13 +25,10 @@ _SET = text(
 
 
 def set_published_floor(
-    engine: Engine, url: Secret, partition: int, position: int, *, only_lower: bool = False
+    database: Database, partition: int, position: int, *, only_lower: bool = False
 ) -> None:
     """Set the partition's floor to ``position``, lower or higher; with ``only_lower``,
     only when it is above ``position`` (and never create it)."""
     params = {"partition": partition, "position": position}
-    with (
-        database_errors(url, "setting outbox_published_floor"),
-        engine.begin() as conn,
-    ):
+    with database.begin("setting outbox_published_floor") as conn:
         conn.execute(_LOWER if only_lower else _SET, params)

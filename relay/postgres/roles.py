@@ -5,20 +5,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from sqlalchemy import Engine, text
+from sqlalchemy import text
 
 from relay.errors import ConfigurationError
-from relay.postgres.engine import database_errors
-from relay.runtime.secrets import Secret
+from relay.postgres.engine import Database
 
 ROLES_SQL = Path(__file__).with_name("roles.sql")
 MIRROR_ROLE = "outbox_mirror"
 
 
-def grant_roles(engine: Engine, url: Secret, mirror_tables: Sequence[str] = ()) -> None:
+def grant_roles(database: Database, mirror_tables: Sequence[str] = ()) -> None:
     """Create the roles if missing and grant them what they need, in one transaction."""
     script = ROLES_SQL.read_text(encoding="utf-8")
-    with database_errors(url, "granting the relay's roles"), engine.begin() as conn:
+    with database.begin("granting the relay's roles") as conn:
         dbapi = conn.connection.dbapi_connection
         if dbapi is None:
             raise RuntimeError("no database connection")

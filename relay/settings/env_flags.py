@@ -1,12 +1,15 @@
-"""Flags that are not settings of the loader, and the ``RELAY_*`` variable of each.
+"""A command's own flags (``--log-level``, ``--once``, ``--partitions``, a subcommand's
+options), each with a ``RELAY_*`` variable, declared as a :class:`~relay.settings.spec.Setting`
+the flag is made from.
 
-A setting's flag (``--batch-size``) defaults to None and :mod:`relay.settings.loader` reads
-its variable. Every other flag (``--log-level``, ``--once``, ``--partitions``, a
-subcommand's own options) is added here with :func:`env_flag`: its variable is named in
-its help (``[RELAY_ONCE=false]``, the same shape as the settings' flags) and
-:func:`apply_environment` fills it in after parsing when the flag is not given. So every
-flag has a variable, and the flag wins. The few flags that must be typed each time
-(``--yes``) say so in :data:`NO_VARIABLE` instead.
+The settings of the command families (:mod:`relay.settings.relay`, ``mirror``,
+``replicate``) are read by their loaders; a command's own flags are read here:
+:func:`env_flag` adds the flag, its help ends with its variable and its default
+(``[RELAY_ONCE=false]``, the same shape as the settings'), and :func:`apply_environment`
+fills it in after parsing when the flag is not given, reading the variable the same way
+(:class:`~relay.settings.spec.Given`): the flag wins, a bad value is an error naming the
+variable. The few flags that must be typed each time (``--yes``) say so in
+:data:`NO_VARIABLE` instead.
 """
 
 from __future__ import annotations
@@ -15,12 +18,10 @@ import argparse
 import os
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from relay.errors import ConfigurationError
 from relay.runtime import logs
-from relay.settings.loader import boolean
+from relay.settings.spec import Given, Invalid, Setting, boolean
 
 NO_VARIABLE: dict[str, str] = {
     "--yes": "a confirmation is given on each command line; from the environment it would "
@@ -29,14 +30,7 @@ NO_VARIABLE: dict[str, str] = {
 """Flags without a variable, and why (tests/unit/cli checks every other flag has one)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Variable:
-    name: str  # e.g. RELAY_ONCE
-    default: object  # the flag's value when neither the flag nor the variable is given
-    parse: Callable[[str], object] | None = None  # None: the flag's own type and choices
-
-
-_VARIABLES: weakref.WeakKeyDictionary[argparse.Action, Variable] = weakref.WeakKeyDictionary()
+_SETTINGS: weakref.WeakKeyDictionary[argparse.Action, Setting] = weakref.WeakKeyDictionary()
 
 
 def env_flag(
@@ -50,25 +44,61 @@ def env_flag(
     **kwargs: Any,
 ) -> argparse.Action:
     """``container.add_argument(*names, **kwargs)`` with the variable ``env``: its help
-    ends ``[env=shown]`` (``shown`` defaults to ``default``; no ``=`` when it is empty).
-    ``copy``: a second place for a flag of the same ``dest`` (a global flag on a
-    subcommand), which leaves the value alone unless given."""
-    given = default if shown is None else shown
-    if isinstance(given, bool):
-        given = str(given).lower()
-    empty = given is None or (isinstance(given, str | tuple | list) and not given)
-    suffix = f"[{env}]" if empty else f"[{env}={given}]"
-    help_text = kwargs.pop("help", None)
-    kwargs["help"] = f"{help_text} {suffix}" if help_text else suffix
+    ends ``[env=default]``, or ``[env; default: shown]`` (no default when ``shown`` is
+    empty). ``parse``: how the variable's text (and, unless ``type`` is given, the flag's)
+    becomes the value; without it, the flag's own type and choices. ``copy``: a second
+    place for a flag of the same ``dest`` (a global flag on a subcommand), which leaves
+    the value alone unless given."""
+    switch = kwargs.get("action") in ("store_true", "store_const")
+    if parse is not None and not switch and "type" not in kwargs:
+        kwargs["type"] = _flag_type(parse)
+    help_text = kwargs.pop("help", "")
     # None: not given (apply_environment fills it in); SUPPRESS: not even None
     kwargs["default"] = argparse.SUPPRESS if copy else None
     action = container.add_argument(*names, **kwargs)
-    _VARIABLES[action] = Variable(env, default, parse)
+    setting = Setting(
+        action.dest,
+        env,
+        names[-1],
+        parse or (boolean if switch else _action_parse(action)),
+        default,
+        help_text,
+        default_doc=shown or None,
+        dest_name=action.dest,
+    )
+    action.help = setting.help_text().replace("%", "%%")
+    _SETTINGS[action] = setting
     return action
 
 
-def variable_of(action: argparse.Action) -> Variable | None:
-    return _VARIABLES.get(action)
+def _flag_type(parse: Callable[[str], object]) -> Callable[[str], object]:
+    def convert(text: str) -> object:
+        try:
+            return parse(text)
+        except Invalid as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix(": ")) from None
+
+    return convert
+
+
+def _action_parse(action: argparse.Action) -> Callable[[str], object]:
+    """The flag's own type and choices, as the parse of its variable."""
+
+    def parse(raw: str) -> object:
+        try:
+            value = action.type(raw) if callable(action.type) else raw
+        except (argparse.ArgumentTypeError, ValueError, TypeError) as exc:
+            raise Invalid(f": {exc}") from None
+        if action.choices is not None and value not in action.choices:
+            allowed = ", ".join(map(str, action.choices))
+            raise Invalid(f"must be one of {allowed}, got {raw!r}")
+        return value
+
+    return parse
+
+
+def setting_of(action: argparse.Action) -> Setting | None:
+    return _SETTINGS.get(action)
 
 
 def subparsers_of(parser: argparse.ArgumentParser) -> Iterator[argparse._SubParsersAction[Any]]:
@@ -97,45 +127,17 @@ def apply_environment(
     default, along the subcommands ``args`` chose. A malformed value is a
     ConfigurationError naming the variable."""
     env = os.environ if environ is None else environ
+    given = Given(None, env)
     for action in parser._actions:
-        variable = _VARIABLES.get(action)
-        if variable is None or getattr(args, action.dest, None) is not None:
+        setting = _SETTINGS.get(action)
+        if setting is None or getattr(args, action.dest, None) is not None:
             continue
-        raw = env.get(variable.name)
-        value = variable.default if raw is None else _parse(action, variable, raw)
-        setattr(args, action.dest, value)
+        setattr(args, action.dest, given.value(setting))
     for subparsers in subparsers_of(parser):
         chosen = getattr(args, subparsers.dest, None)
         if chosen is not None and chosen in subparsers.choices:
             apply_environment(subparsers.choices[chosen], args, env)
     return args
-
-
-def _parse(action: argparse.Action, variable: Variable, raw: str) -> object:
-    try:
-        if variable.parse is not None:
-            return variable.parse(raw)
-        if action.nargs == 0:  # a switch: --once, --traceback
-            return action.const if boolean(variable.name, raw) else variable.default
-        value = action.type(raw) if callable(action.type) else raw
-    except (argparse.ArgumentTypeError, ValueError, TypeError) as exc:
-        raise ConfigurationError(f"{variable.name}: {exc}") from None
-    if action.choices is not None and value not in action.choices:
-        allowed = ", ".join(map(str, action.choices))
-        raise ConfigurationError(f"{variable.name} must be one of {allowed}, got {raw!r}")
-    return value
-
-
-def choice(variable: str, choices: tuple[str, ...]) -> Callable[[str], str]:
-    """A parse for a variable that picks one of ``choices`` (e.g. which flag of a group)."""
-
-    def parse(raw: str) -> str:
-        value = raw.strip().lower()
-        if value not in choices:
-            raise ConfigurationError(f"{variable} must be one of {', '.join(choices)}, got {raw!r}")
-        return value
-
-    return parse
 
 
 # -- the global flags: before or after the subcommand -------------------------------------

@@ -1,17 +1,21 @@
-"""Typed mirror settings: the relay's connections plus ``RELAY_MIRROR_*`` (flags win)."""
+"""The mirror's settings (`relay mirror`, the mirror Spark job), each declared once in
+:data:`MIRROR`, on top of the connections (:mod:`relay.settings.connections`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from relay.errors import ConfigurationError
-from relay.settings.loader import SettingsSource, check_owned_properties
-from relay.settings.relay import RelaySettings
-
-DEFAULT_GROUP = "relay-mirror"
-MIRROR_ENV_PREFIX = "RELAY_MIRROR_"
+from relay.settings.connections import (
+    METRICS,
+    METRICS_HOST,
+    METRICS_PORT,
+    Connections,
+    load_connections,
+    metrics_shown,
+)
+from relay.settings.properties import check_owned_properties
+from relay.settings.spec import Given, Setting, describe, names, non_empty, seconds, text, whole
 
 # Consumer properties the mirror sets itself: its guarantees depend on them.
 MIRROR_OWNED_PROPERTIES = frozenset(
@@ -24,61 +28,125 @@ MIRROR_OWNED_PROPERTIES = frozenset(
     }
 )
 
+MAPPING = Setting(
+    "mapping_path",
+    "RELAY_MIRROR_CONFIG",
+    "--mapping",
+    text,
+    help="topic-to-table mapping, TOML",
+    metavar="FILE",
+)
+GROUP = Setting(
+    "group",
+    "RELAY_MIRROR_GROUP",
+    "--group",
+    non_empty,
+    "relay-mirror",
+    "consumer group; its offsets live in mirror_offsets",
+    metavar="NAME",
+)
+BATCH_SIZE = Setting(
+    "batch_size",
+    "RELAY_MIRROR_BATCH_SIZE",
+    "--batch-size",
+    whole,
+    2000,
+    "records of one partition per database transaction",
+    metavar="N",
+)
+MAX_WAIT = Setting(
+    "max_wait_s",
+    "RELAY_MIRROR_MAX_WAIT_S",
+    "--max-wait",
+    seconds,
+    0.5,
+    "longest a fetched record waits for its batch",
+    metavar="SECONDS",
+)
+TOPICS = Setting(
+    "topics",
+    "RELAY_MIRROR_TOPICS",
+    "--topics",
+    names,
+    help="only these mapped topics",
+    default_doc="all mapped",
+    metavar="A,B",
+)
+RECORD_RETRIES = Setting(
+    "record_retries",
+    "RELAY_MIRROR_RECORD_RETRIES",
+    "--record-retries",
+    whole,
+    10,
+    "tries of a record the database refuses with an error that may heal (a foreign key "
+    "whose parent has not arrived) before it is dead-lettered",
+    metavar="N",
+)
+IDLE_TRANSACTION_TIMEOUT = Setting(
+    "idle_transaction_timeout_s",
+    "RELAY_MIRROR_IDLE_TRANSACTION_TIMEOUT_S",
+    None,
+    seconds,
+    60.0,
+    "PostgreSQL ends a mirror session idle inside a transaction (a paused instance) after this",
+)
+
+MIRROR = (MAPPING, GROUP, BATCH_SIZE, MAX_WAIT, TOPICS, RECORD_RETRIES, IDLE_TRANSACTION_TIMEOUT)
+"""The mirror's own settings, by field of :class:`MirrorSettings`."""
+
 
 @dataclass(frozen=True, slots=True)
 class MirrorSettings:
-    relay: RelaySettings  # database URL and Kafka connection
+    connections: Connections  # database URL and Kafka connection
     mapping_path: str
-    group: str = DEFAULT_GROUP
-    batch_size: int = 2000
-    max_wait_s: float = 0.5
-    topics: tuple[str, ...] | None = None
-    idle_transaction_timeout_s: float = 60.0
-    record_retries: int = 10  # tries of a record refused with an error that may heal
+    group: str = GROUP.default
+    batch_size: int = BATCH_SIZE.default
+    max_wait_s: float = MAX_WAIT.default
+    topics: tuple[str, ...] | None = TOPICS.default
+    idle_transaction_timeout_s: float = IDLE_TRANSACTION_TIMEOUT.default
+    record_retries: int = (
+        RECORD_RETRIES.default
+    )  # tries of a record refused with an error that may heal
+    metrics_port: int | None = METRICS_PORT.default
+    metrics_host: str = METRICS_HOST.default
 
     def describe(self) -> dict[str, str]:
         """The settings as text that is safe to log."""
-        shown = self.relay.describe()
         return {
-            "database_url": shown["database_url"],
-            "kafka": shown["kafka"],
-            "metrics": shown["metrics"],
-            "mapping": self.mapping_path,
-            "group": self.group,
-            "batch_size": str(self.batch_size),
-            "max_wait_s": str(self.max_wait_s),
-            "record_retries": str(self.record_retries),
-            "topics": ",".join(self.topics) if self.topics else "(all mapped)",
+            **self.connections.describe(),
+            "metrics": metrics_shown(self.metrics_host, self.metrics_port),
+            **describe(MIRROR, self),
         }
 
 
 def load_mirror_settings(
-    relay: RelaySettings,
-    overrides: Mapping[str, object] | None = None,
-    environ: Mapping[str, str] | None = None,
+    flags: Mapping[str, object] | None = None, environ: Mapping[str, str] | None = None
 ) -> MirrorSettings:
-    """Mirror settings from ``RELAY_MIRROR_*``, with CLI ``overrides`` (None ignored)."""
-    source = SettingsSource(overrides, environ, prefix=MIRROR_ENV_PREFIX)
-    check_owned_properties(relay.kafka.properties, MIRROR_OWNED_PROPERTIES, "the mirror")
-    mapping_path = source.text("config")
-    if not mapping_path:
-        raise ConfigurationError(
-            "no mirror mapping: set RELAY_MIRROR_CONFIG or --mapping (a TOML file, "
-            "see docs/mirror.md)"
-        )
-    topics = None
-    if raw_topics := source.text("topics"):
-        topics = tuple(t.strip() for t in raw_topics.split(",") if t.strip())
-    found: dict[str, Any] = {
-        "group": source.non_empty("group"),
-        "batch_size": source.positive_int("batch_size"),
-        "max_wait_s": source.positive_float("max_wait_s"),
-        "idle_transaction_timeout_s": source.positive_float("idle_transaction_timeout_s"),
-        "record_retries": source.positive_int("record_retries"),
-    }
-    return MirrorSettings(
-        relay=relay,
-        mapping_path=mapping_path,
-        topics=topics,
-        **{name: value for name, value in found.items() if value is not None},
-    )
+    """Mirror settings from the flags (``vars(args)``; None: not given) over ``RELAY_*``."""
+    given = Given(flags, environ)
+    connections = load_connections(given)
+    check_owned_properties(connections.kafka.properties, MIRROR_OWNED_PROPERTIES, "the mirror")
+    mapping_path = given.required(MAPPING, "mirror mapping", "a TOML file, see docs/mirror.md")
+    found = given.values(MIRROR)
+    found["mapping_path"] = mapping_path
+    found["topics"] = found["topics"] or None  # none named: all mapped
+    return MirrorSettings(connections, **found, **given.values(METRICS))
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorSelection:
+    """The mirror's settings a command that reads the mirror's tables takes (`relay
+    status`, `relay dead-letters`): its mapping, group and topics, when given."""
+
+    mapping_path: str | None
+    group: str | None
+    topics: tuple[str, ...] | None
+
+
+def load_mirror_selection(
+    flags: Mapping[str, object] | None = None, environ: Mapping[str, str] | None = None
+) -> MirrorSelection:
+    """The mapping, group and topics where given (None: not given, no default)."""
+    given = Given(flags, environ)
+    group = given.value(GROUP) if given.origin(GROUP) else None
+    return MirrorSelection(given.value(MAPPING) or None, group, given.value(TOPICS) or None)

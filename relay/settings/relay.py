@@ -1,87 +1,177 @@
-"""Typed relay settings, read from ``RELAY_*`` environment variables and CLI flags.
-
-Every setting has an environment variable; the CLI flag of the same name wins over it.
-Any librdkafka property (SASL, SSL, timeouts) passes through ``-X name=value``, a
-properties file (``RELAY_KAFKA_CONFIG_FILE``) or ``RELAY_KAFKA_PROPERTIES``
-(``name=value`` pairs separated by ``;``). The relay owns the properties that its
-guarantees depend on; setting one of them is an error.
-"""
+"""The forward relay's settings (`relay run`, `relay positions`, the outbox Spark job):
+each declared once in :data:`RELAY`, on top of the connections
+(:mod:`relay.settings.connections`)."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any
-from urllib.parse import urlsplit
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from relay.errors import ConfigurationError
-from relay.runtime.secrets import Secret, mask_properties, mask_url
-from relay.settings.loader import (
-    SettingsSource,
-    check_owned_properties,
-    parse_property_pairs,
-    read_properties_file,
+from relay.runtime.secrets import Secret
+from relay.settings.connections import (
+    KAFKA,
+    METRICS,
+    METRICS_HOST,
+    METRICS_PORT,
+    Connections,
+    KafkaSettings,
+    load_connections,
+    metrics_shown,
+)
+from relay.settings.spec import Given, Setting, boolean, describe, non_empty, seconds, whole
+
+# How a database's default prefix is computed (migration 0004 writes it to outbox_identity).
+DATABASE_PREFIX = "outbox-relay-<first 8 hex digits of its id>"
+_BEFORE_0004 = "if it had events before migration 0004"
+
+TRANSACTIONAL_ID_PREFIX = Setting(
+    "transactional_id_prefix",
+    "RELAY_TRANSACTIONAL_ID_PREFIX",
+    "--transactional-id-prefix",
+    non_empty,
+    help="transactional.id = PREFIX-<partition>",
+    default_doc=f"the database's, {DATABASE_PREFIX} (outbox-relay {_BEFORE_0004})",
+    metavar="PREFIX",
+)
+POSITIONS_TOPIC = Setting(
+    "positions_topic",
+    "RELAY_POSITIONS_TOPIC",
+    "--positions-topic",
+    non_empty,
+    "outbox-relay-positions",
+    "topic whose offsets hold the positions",
+    metavar="TOPIC",
+)
+POSITIONS_GROUP = Setting(
+    "positions_group",
+    "RELAY_POSITIONS_GROUP",
+    "--positions-group",
+    non_empty,
+    help="consumer group holding the positions, one per outbox database",
+    default_doc=f"the database's, {DATABASE_PREFIX}-positions (outbox-relay-positions "
+    f"{_BEFORE_0004})",
+    metavar="GROUP",
+)
+BATCH_SIZE = Setting(
+    "batch_size",
+    "RELAY_BATCH_SIZE",
+    "--batch-size",
+    whole,
+    5000,
+    "rows per Kafka transaction",
+    metavar="N",
+)
+BATCH_BYTES = Setting(
+    "batch_bytes",
+    "RELAY_BATCH_BYTES",
+    "--batch-bytes",
+    whole,
+    16 * 1024 * 1024,
+    "keys and values per Kafka transaction, at most (one row always goes)",
+    metavar="BYTES",
+)
+POLL_INTERVAL = Setting(
+    "poll_interval_s",
+    "RELAY_POLL_INTERVAL_S",
+    "--poll-interval",
+    seconds,
+    0.5,
+    "with nothing pending, look again after this long at the latest",
+    metavar="SECONDS",
+)
+COMMIT_WATCH = Setting(
+    "commit_watch_s",
+    "RELAY_COMMIT_WATCH_S",
+    "--commit-watch",
+    seconds,
+    0.01,
+    "`relay run`: look for newly committed events this often, and publish them at once",
+    metavar="SECONDS",
+)
+RETRY_ATTEMPTS = Setting(
+    "retry_attempts",
+    "RELAY_RETRY_ATTEMPTS",
+    "--retry-attempts",
+    whole,
+    8,
+    "with --once and in Spark: give up a batch after N failed attempts (`relay run` "
+    "retries for ever)",
+    metavar="N",
+)
+POSITION_REFRESH = Setting(
+    "position_refresh_s",
+    "RELAY_POSITION_REFRESH_S",
+    "--position-refresh",
+    seconds,
+    3600.0,
+    "re-commit an idle relay partition's position this often, well within the broker's "
+    "offsets.retention.minutes",
+    metavar="SECONDS",
+)
+MEMBER_SESSION_TIMEOUT = Setting(
+    "member_session_timeout_ms",
+    "RELAY_MEMBER_SESSION_TIMEOUT_MS",
+    "--member-session-timeout-ms",
+    whole,
+    10_000,
+    "`relay run` without --partitions: a member silent this long loses its relay "
+    "partitions to the others",
+    metavar="MS",
+)
+CLEANUP = Setting(
+    "cleanup",
+    "RELAY_CLEANUP",
+    "--no-cleanup",
+    boolean,
+    True,
+    "keep published rows in the outbox table",
+    const=False,
 )
 
-# Properties the relay sets itself: a user value would break exactly-once delivery.
-RELAY_OWNED_PROPERTIES = frozenset(
-    {
-        "transactional.id",
-        "enable.idempotence",
-        "isolation.level",
-        "enable.auto.commit",
-        "group.id",
-        "partitioner",
-        "bootstrap.servers",
-    }
+RELAY = (
+    TRANSACTIONAL_ID_PREFIX,
+    POSITIONS_TOPIC,
+    POSITIONS_GROUP,
+    BATCH_SIZE,
+    BATCH_BYTES,
+    POLL_INTERVAL,
+    COMMIT_WATCH,
+    RETRY_ATTEMPTS,
+    POSITION_REFRESH,
+    MEMBER_SESSION_TIMEOUT,
+    CLEANUP,
 )
+"""The relay's own settings, by field of :class:`RelaySettings`."""
 
-
-_FROM_DATABASE = "(the database's default)"
-ALL_INTERFACES = "0.0.0.0"  # noqa: S104 (metrics and health, for containers; docs/operations.md)
-
-
-@dataclass(frozen=True, slots=True)
-class KafkaSettings:
-    bootstrap_servers: str
-    properties: Mapping[str, Secret] = field(default_factory=dict)
-    transaction_timeout_ms: int = 60_000
-    request_timeout_s: float = 15.0
-
-    def client_config(self) -> dict[str, str | int | float | bool]:
-        """librdkafka configuration shared by every client the relay creates."""
-        config: dict[str, str | int | float | bool] = {
-            k: v.reveal() for k, v in self.properties.items()
-        }
-        config["bootstrap.servers"] = self.bootstrap_servers
-        return config
-
-    def describe(self) -> dict[str, str]:
-        shown = mask_properties({k: v.reveal() for k, v in self.properties.items()})
-        shown["bootstrap.servers"] = self.bootstrap_servers
-        return shown
+RELAY_FLAGS = (*RELAY, KAFKA.transaction_timeout_ms)
+"""The flags of the relay's group in help (the transaction timeout is the cluster's)."""
 
 
 @dataclass(frozen=True, slots=True)
 class RelaySettings:
-    database_url: Secret
-    kafka: KafkaSettings
-    transactional_id_prefix: str | None = None  # None: the database's default prefix
-    positions_topic: str = "outbox-relay-positions"
-    positions_group: str | None = None  # None: <the database's default prefix>-positions
-    batch_size: int = 5000
-    batch_bytes: int = 16 * 1024 * 1024  # keys and values per Kafka transaction, at most
-    poll_interval_s: float = 0.5
-    commit_watch_s: float = 0.01  # how often `relay run` looks for new commits
-    cleanup: bool = True
-    retry_attempts: int = 8
-    position_refresh_s: float = 3600.0  # re-commit an idle partition's position this often
-    # `relay run` processes that share the partitions: how long a silent member keeps its
-    # relay partitions before the others take them over (the members group's session).
-    member_session_timeout_ms: int = 10_000
-    metrics_port: int | None = None  # serve /metrics, /healthz, /readyz (None: do not)
-    metrics_host: str = ALL_INTERFACES
+    connections: Connections  # the database and the Kafka cluster, as the mirror's
+    transactional_id_prefix: str | None = TRANSACTIONAL_ID_PREFIX.default  # None: the database's
+    positions_topic: str = POSITIONS_TOPIC.default
+    positions_group: str | None = POSITIONS_GROUP.default  # None: the database's
+    batch_size: int = BATCH_SIZE.default
+    batch_bytes: int = BATCH_BYTES.default
+    poll_interval_s: float = POLL_INTERVAL.default
+    commit_watch_s: float = COMMIT_WATCH.default
+    cleanup: bool = CLEANUP.default
+    retry_attempts: int = RETRY_ATTEMPTS.default
+    position_refresh_s: float = POSITION_REFRESH.default
+    member_session_timeout_ms: int = MEMBER_SESSION_TIMEOUT.default
+    metrics_port: int | None = METRICS_PORT.default  # None: no /metrics, /healthz, /readyz
+    metrics_host: str = METRICS_HOST.default
+
+    @property
+    def database_url(self) -> Secret:
+        return self.connections.database_url
+
+    @property
+    def kafka(self) -> KafkaSettings:
+        return self.connections.kafka
 
     def with_database_defaults(self, default_prefix: str) -> RelaySettings:
         """The prefix and positions group the database chose (``outbox_identity``) where
@@ -117,121 +207,19 @@ class RelaySettings:
     def describe(self) -> dict[str, str]:
         """The settings as text that is safe to log."""
         return {
-            "database_url": mask_url(self.database_url.reveal()),
-            "kafka": ", ".join(f"{k}={v}" for k, v in sorted(self.kafka.describe().items())),
-            "transactional_id_prefix": self.transactional_id_prefix or _FROM_DATABASE,
-            "positions_topic": self.positions_topic,
-            "positions_group": self.positions_group or _FROM_DATABASE,
-            "batch_size": str(self.batch_size),
-            "batch_bytes": str(self.batch_bytes),
-            "poll_interval_s": str(self.poll_interval_s),
-            "commit_watch_s": str(self.commit_watch_s),
-            "cleanup": str(self.cleanup),
-            "retry_attempts": str(self.retry_attempts),
-            "position_refresh_s": str(self.position_refresh_s),
-            "member_session_timeout_ms": str(self.member_session_timeout_ms),
-            "metrics": f"{self.metrics_host}:{self.metrics_port}" if self.metrics_port else "off",
+            **self.connections.describe(),
+            **describe(RELAY, self),
+            "metrics": metrics_shown(self.metrics_host, self.metrics_port),
         }
 
 
-_EXPECTED_URL = "expected postgresql+psycopg://user:password@host:port/database"
-
-
-def check_database_url(url: str) -> str:
-    """``url`` when it names PostgreSQL through psycopg 3 (``postgresql://`` is taken to
-    mean that driver); a ConfigurationError otherwise."""
-    scheme, sep, rest = url.partition("://")
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 (a malformed port raises here)
-    except ValueError:
-        parts = None
-    if not sep or parts is None or not re.fullmatch(r"[a-z][a-z0-9+.-]*", scheme, re.I):
-        raise ConfigurationError(f"RELAY_DATABASE_URL is not a database URL ({_EXPECTED_URL})")
-    backend, _, driver = scheme.partition("+")
-    if backend != "postgresql":
-        raise ConfigurationError(f"RELAY_DATABASE_URL must point at PostgreSQL, got {backend!r}")
-    if driver not in ("", "psycopg"):
-        raise ConfigurationError(
-            f"RELAY_DATABASE_URL must use the psycopg driver (postgresql+psycopg://), "
-            f"got {scheme!r}"
-        )
-    return f"postgresql+psycopg://{rest}"
-
-
 def load_settings(
-    overrides: Mapping[str, object] | None = None,
-    kafka_pairs: Iterable[str] = (),
-    environ: Mapping[str, str] | None = None,
+    flags: Mapping[str, object] | None = None, environ: Mapping[str, str] | None = None
 ) -> RelaySettings:
-    """Settings from ``RELAY_*``, with CLI ``overrides`` (None values ignored) on top."""
-    source = SettingsSource(overrides, environ)
-    database_url = source.text("database_url")
-    if not database_url:
-        raise ConfigurationError("no database: set RELAY_DATABASE_URL or --database-url")
+    """Settings from the flags (``vars(args)``; None: not given) over ``RELAY_*``."""
+    given = Given(flags, environ)
     return RelaySettings(
-        database_url=Secret(check_database_url(database_url)),
-        kafka=load_kafka_settings(source, kafka_pairs),
-        **_relay_changes(source),
+        load_connections(given),
+        **given.values(RELAY),
+        **given.values(METRICS),
     )
-
-
-def load_kafka_settings(
-    source: SettingsSource,
-    kafka_pairs: Iterable[str] = (),
-    *,
-    connection: str = "kafka",
-    pairs_flag: str = "-X",
-) -> KafkaSettings:
-    """One cluster's connection: ``<connection>_bootstrap_servers``, its properties file,
-    ``<PREFIX><CONNECTION>_PROPERTIES`` and the ``pairs_flag`` pairs (which win)."""
-    bootstrap = source.text(f"{connection}_bootstrap_servers")
-    if not bootstrap:
-        flag = "--" + connection.replace("_", "-") + "-bootstrap-servers"
-        raise ConfigurationError(
-            f"no Kafka broker: set {source.env_name(f'{connection}_bootstrap_servers')} or {flag}"
-        )
-    properties: dict[str, str] = {}
-    if config_file := source.text(f"{connection}_config_file"):
-        properties.update(read_properties_file(config_file))
-    pairs_variable = source.env_name(f"{connection}_properties")
-    env_pairs = source.environ(pairs_variable)
-    properties.update(parse_property_pairs(env_pairs.split(";"), pairs_variable))
-    properties.update(parse_property_pairs(kafka_pairs, pairs_flag))
-    check_owned_properties(properties, RELAY_OWNED_PROPERTIES, "the relay")
-    return KafkaSettings(
-        bootstrap_servers=bootstrap,
-        properties={k: Secret(v) for k, v in properties.items()},
-        transaction_timeout_ms=source.positive_int("transaction_timeout_ms") or 60_000,
-        request_timeout_s=source.positive_float("kafka_timeout_s") or 15.0,
-    )
-
-
-def _relay_changes(source: SettingsSource) -> dict[str, Any]:
-    """The relay's own settings that are given, by field name."""
-    found: dict[str, Any] = {
-        name: source.non_empty(name)
-        for name in ("transactional_id_prefix", "positions_topic", "positions_group")
-    }
-    found["batch_size"] = source.positive_int("batch_size")
-    found["batch_bytes"] = source.positive_int("batch_bytes")
-    found["retry_attempts"] = source.positive_int("retry_attempts")
-    found["poll_interval_s"] = source.positive_float("poll_interval_s")
-    found["commit_watch_s"] = source.positive_float("commit_watch_s")
-    found["position_refresh_s"] = source.positive_float("position_refresh_s")
-    found["member_session_timeout_ms"] = source.positive_int("member_session_timeout_ms")
-    found["cleanup"] = source.boolean("cleanup")
-    found.update(metrics_settings(source))
-    return {name: value for name, value in found.items() if value is not None}
-
-
-def metrics_settings(source: SettingsSource) -> dict[str, Any]:
-    """``metrics_port`` and ``metrics_host`` where given (RELAY_METRICS_PORT/_HOST)."""
-    found: dict[str, Any] = {}
-    port = source.positive_int("metrics_port")
-    if port is not None and port > 65535:
-        name = source.env_name("metrics_port")
-        raise ConfigurationError(f"{name} must be a TCP port (1..65535), got {port}")
-    found["metrics_port"] = port
-    found["metrics_host"] = source.non_empty("metrics_host")
-    return {name: value for name, value in found.items() if value is not None}

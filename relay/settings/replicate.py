@@ -12,26 +12,180 @@ own SASL and SSL properties::
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from relay.errors import ConfigurationError
-from relay.settings.loader import SettingsSource, check_owned_properties
-from relay.settings.relay import (
-    ALL_INTERFACES,
+from relay.settings.connections import (
+    METRICS,
+    METRICS_HOST,
+    METRICS_PORT,
     KafkaSettings,
+    cluster,
+    kafka_timeouts,
     load_kafka_settings,
-    metrics_settings,
+    metrics_shown,
 )
-
-REPLICATE_ENV_PREFIX = "RELAY_REPLICATE_"
-DEFAULT_GROUP = "relay-replicate"
+from relay.settings.properties import check_owned_properties
+from relay.settings.spec import (
+    Given,
+    Invalid,
+    Setting,
+    describe,
+    names,
+    non_empty,
+    seconds,
+    text,
+    whole,
+)
 
 # Consumer properties the replicator sets itself on the source: its guarantees need them.
 SOURCE_OWNED_PROPERTIES = frozenset(
     {"auto.offset.reset", "enable.auto.offset.store", "enable.partition.eof"}
 )
+
+_TIMEOUTS = kafka_timeouts("RELAY_REPLICATE_", "target", "either cluster")
+SOURCE = cluster(
+    "RELAY_REPLICATE_SOURCE_", "--source-", "--source-property", "the source cluster", _TIMEOUTS
+)
+TARGET = cluster(
+    "RELAY_REPLICATE_TARGET_", "--target-", "--target-property", "the target cluster", _TIMEOUTS
+)
+
+
+def regex(raw: str) -> str:
+    non_empty(raw)
+    try:
+        re.compile(raw)
+    except re.error as exc:
+        raise Invalid(f"is not a regular expression: {exc}") from None
+    return raw
+
+
+TOPICS = Setting(
+    "topics",
+    "RELAY_REPLICATE_TOPICS",
+    "--topics",
+    names,
+    (),
+    "source topics to replicate",
+    metavar="A,B",
+)
+TOPIC_PATTERN = Setting(
+    "pattern",
+    "RELAY_REPLICATE_TOPIC_PATTERN",
+    "--topic-pattern",
+    regex,
+    help="also every source topic whose whole name matches REGEX, those created later included",
+    metavar="REGEX",
+)
+TARGET_PREFIX = Setting(
+    "target_prefix",
+    "RELAY_REPLICATE_TARGET_PREFIX",
+    "--target-prefix",
+    text,
+    "",
+    "target topic = PREFIX + source topic",
+    metavar="PREFIX",
+)
+SELECTION = (TOPICS, TOPIC_PATTERN, TARGET_PREFIX)
+"""Which topics, by field of :class:`TopicSelection`."""
+
+REPLICATE = (
+    Setting(
+        "source_alias",
+        "RELAY_REPLICATE_SOURCE_ALIAS",
+        "--source-alias",
+        non_empty,
+        help="the source's name in the relay-source-cluster header and in the positions",
+        default_doc="the source cluster's id",
+        metavar="NAME",
+    ),
+    Setting(
+        "group",
+        "RELAY_REPLICATE_GROUP",
+        "--group",
+        non_empty,
+        "relay-replicate",
+        "group on the target cluster holding each source partition's position",
+        metavar="NAME",
+    ),
+    Setting(
+        "transactional_id_prefix",
+        "RELAY_REPLICATE_TRANSACTIONAL_ID_PREFIX",
+        "--transactional-id-prefix",
+        non_empty,
+        help="transactional.id = PREFIX-<target topic>-<partition>",
+        default_doc="the group",
+        metavar="PREFIX",
+    ),
+    Setting(
+        "batch_size",
+        "RELAY_REPLICATE_BATCH_SIZE",
+        "--batch-size",
+        whole,
+        5000,
+        "records per target transaction",
+        metavar="N",
+    ),
+    Setting(
+        "batch_bytes",
+        "RELAY_REPLICATE_BATCH_BYTES",
+        "--batch-bytes",
+        whole,
+        16 * 1024 * 1024,
+        "keys and values per target transaction, at most",
+        metavar="BYTES",
+    ),
+    Setting(
+        "max_wait_s",
+        "RELAY_REPLICATE_MAX_WAIT_S",
+        "--max-wait",
+        seconds,
+        0.05,
+        "longest a read waits for a source record",
+        metavar="SECONDS",
+    ),
+    Setting(
+        "topic_refresh_s",
+        "RELAY_REPLICATE_TOPIC_REFRESH_S",
+        "--topic-refresh",
+        seconds,
+        30.0,
+        "look for new source topics and partitions this often",
+        metavar="SECONDS",
+    ),
+    Setting(
+        "replication_factor",
+        "RELAY_REPLICATE_REPLICATION_FACTOR",
+        "--replication-factor",
+        whole,
+        help="of the target topics it creates",
+        default_doc="the target broker's default",
+        metavar="N",
+    ),
+    Setting(
+        "retry_attempts",
+        "RELAY_REPLICATE_RETRY_ATTEMPTS",
+        "--retry-attempts",
+        whole,
+        8,
+        "with --once and in Spark: give up a batch after N failed attempts",
+        metavar="N",
+    ),
+    Setting(
+        "position_refresh_s",
+        "RELAY_REPLICATE_POSITION_REFRESH_S",
+        "--position-refresh",
+        seconds,
+        3600.0,
+        "re-commit an idle partition's position this often, well within the target's "
+        "offsets.retention.minutes",
+        metavar="SECONDS",
+    ),
+)
+"""The replicator's own settings, by field of :class:`ReplicateSettings`."""
+_DEFAULTS = {setting.name: setting.default for setting in REPLICATE}
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,18 +217,18 @@ class ReplicateSettings:
     source: KafkaSettings
     target: KafkaSettings
     selection: TopicSelection
-    group: str = DEFAULT_GROUP  # on the target: holds each replicated partition's position
-    transactional_id_prefix: str | None = None  # None: the group's name
-    source_alias: str | None = None  # None: the source cluster's id
-    batch_size: int = 5000
-    batch_bytes: int = 16 * 1024 * 1024
-    max_wait_s: float = 0.05  # longest a read waits for the first record of a batch
-    topic_refresh_s: float = 30.0  # look for new topics and partitions this often
-    replication_factor: int | None = None  # of the target topics it creates (None: broker's)
-    retry_attempts: int = 8
-    position_refresh_s: float = 3600.0
-    metrics_port: int | None = None  # serve /metrics, /healthz, /readyz (None: do not)
-    metrics_host: str = ALL_INTERFACES
+    group: str = _DEFAULTS["group"]  # on the target: each replicated partition's position
+    transactional_id_prefix: str | None = _DEFAULTS["transactional_id_prefix"]  # None: group's
+    source_alias: str | None = _DEFAULTS["source_alias"]  # None: the source cluster's id
+    batch_size: int = _DEFAULTS["batch_size"]
+    batch_bytes: int = _DEFAULTS["batch_bytes"]
+    max_wait_s: float = _DEFAULTS["max_wait_s"]  # longest a read waits for a first record
+    topic_refresh_s: float = _DEFAULTS["topic_refresh_s"]  # new topics and partitions
+    replication_factor: int | None = _DEFAULTS["replication_factor"]  # None: broker's
+    retry_attempts: int = _DEFAULTS["retry_attempts"]
+    position_refresh_s: float = _DEFAULTS["position_refresh_s"]
+    metrics_port: int | None = METRICS_PORT.default
+    metrics_host: str = METRICS_HOST.default
 
     @property
     def prefix(self) -> str:
@@ -86,65 +240,40 @@ class ReplicateSettings:
     def describe(self) -> dict[str, str]:
         """The settings as text that is safe to log."""
         return {
-            "source": ", ".join(f"{k}={v}" for k, v in sorted(self.source.describe().items())),
-            "target": ", ".join(f"{k}={v}" for k, v in sorted(self.target.describe().items())),
+            "source": self.source.summary(),
+            "target": self.target.summary(),
             "topics": self.selection.describe(),
-            "group": self.group,
-            "transactional_id_prefix": self.prefix,
-            "source_alias": self.source_alias or "(the source cluster's id)",
-            "batch_size": str(self.batch_size),
-            "batch_bytes": str(self.batch_bytes),
-            "metrics": f"{self.metrics_host}:{self.metrics_port}" if self.metrics_port else "off",
+            **describe(REPLICATE, self),
+            "metrics": metrics_shown(self.metrics_host, self.metrics_port),
         }
 
 
 def load_replicate_settings(
-    overrides: Mapping[str, object] | None = None,
-    source_pairs: Iterable[str] = (),
-    target_pairs: Iterable[str] = (),
-    environ: Mapping[str, str] | None = None,
+    flags: Mapping[str, object] | None = None, environ: Mapping[str, str] | None = None
 ) -> ReplicateSettings:
-    """Replicator settings from ``RELAY_REPLICATE_*``, with CLI ``overrides`` on top."""
-    source = SettingsSource(overrides, environ, prefix=REPLICATE_ENV_PREFIX)
-    clusters = {
-        name: load_kafka_settings(source, pairs, connection=name, pairs_flag=f"--{name}-property")
-        for name, pairs in (("source", source_pairs), ("target", target_pairs))
-    }
-    check_owned_properties(clusters["source"].properties, SOURCE_OWNED_PROPERTIES, "the replicator")
-    found: dict[str, Any] = {
-        name: source.non_empty(name)
-        for name in ("group", "transactional_id_prefix", "source_alias")
-    }
-    for name in ("batch_size", "batch_bytes", "retry_attempts", "replication_factor"):
-        found[name] = source.positive_int(name)
-    for name in ("max_wait_s", "topic_refresh_s", "position_refresh_s"):
-        found[name] = source.positive_float(name)
-    # The metrics flags and variables are every command's (RELAY_METRICS_PORT/_HOST).
-    found.update(metrics_settings(SettingsSource(overrides, environ)))
+    """Replicator settings from the flags (``vars(args)``; None: not given) over
+    ``RELAY_REPLICATE_*`` (and ``RELAY_METRICS_*``)."""
+    given = Given(flags, environ)
+    source = load_kafka_settings(given, SOURCE)
+    target = load_kafka_settings(given, TARGET)
+    check_owned_properties(source.properties, SOURCE_OWNED_PROPERTIES, "the replicator")
     return ReplicateSettings(
-        source=clusters["source"],
-        target=clusters["target"],
-        selection=_selection(source),
-        **{name: value for name, value in found.items() if value is not None},
+        source=source,
+        target=target,
+        selection=_selection(given),
+        **given.values(REPLICATE),
+        **given.values(METRICS),
     )
 
 
-def _selection(source: SettingsSource) -> TopicSelection:
-    topics = tuple(t.strip() for t in (source.text("topics") or "").split(",") if t.strip())
-    pattern = source.non_empty("topic_pattern")
-    if not topics and pattern is None:
+def _selection(given: Given) -> TopicSelection:
+    selection = TopicSelection(**given.values(SELECTION))
+    if not selection.topics and selection.pattern is None:
         raise ConfigurationError(
-            f"no topics to replicate: set {source.env_name('topics')} (--topics A,B) or "
-            f"{source.env_name('topic_pattern')} (--topic-pattern REGEX)"
+            f"no topics to replicate: set {TOPICS.env} ({TOPICS.flag} A,B) or "
+            f"{TOPIC_PATTERN.env} ({TOPIC_PATTERN.flag} REGEX)"
         )
-    if pattern is not None:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise ConfigurationError(
-                f"{source.env_name('topic_pattern')} is not a regular expression: {exc}"
-            ) from None
-    for topic in topics:
+    for topic in selection.topics:
         if topic.startswith("__"):
             raise ConfigurationError(f"{topic!r} is a broker's internal topic, not replicated")
-    return TopicSelection(topics, pattern, source.text("target_prefix") or "")
+    return selection

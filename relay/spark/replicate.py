@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from relay.replication.types import ReplicaResult, Route
+from relay.settings.flags import add_replicate_flags, replicate_settings_from_args
 from relay.settings.replicate import ReplicateSettings
-from relay.settings.replicate_flags import add_replicate_flags, replicate_settings_from_args
 from relay.spark import job_main, log_throughput, run_tasks, task_logging
 
 log = logging.getLogger("relay.jobs.replicate")

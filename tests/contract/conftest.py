@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, TopicPartition
 from relay.devenv.waiting import wait_until
 from relay.postgres.engine import make_engine
 from relay.runtime.secrets import Secret
-from relay.settings.relay import KafkaSettings
+from relay.settings.connections import KafkaSettings
 from tests.integration.support import migrate
 
 RELAY_PARTITIONS = 4

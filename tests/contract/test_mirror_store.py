@@ -33,6 +33,7 @@ from relay.mirroring.types import (
     TopicPartitionKey,
     Upsert,
 )
+from relay.postgres.engine import Database
 from relay.postgres.mirror_catalog import resolve_tables
 from relay.postgres.mirror_store import PostgresMirrorStore
 from relay.runtime.secrets import Secret
@@ -111,9 +112,9 @@ class PostgresHarness:
         self._engine = engine
         with engine.begin() as conn:
             conn.exec_driver_sql(ITEMS_DDL)
-        url = Secret(database_url)
-        tables, reflected = resolve_tables(engine, url, parse_mapping(ITEMS_MAPPING))
-        self.store: MirrorStore = PostgresMirrorStore(engine, url, self.group, tables, reflected)
+        database = Database(engine, Secret(database_url))
+        tables, reflected = resolve_tables(database, parse_mapping(ITEMS_MAPPING))
+        self.store: MirrorStore = PostgresMirrorStore(database, self.group, tables, reflected)
 
     def rows(self) -> dict[object, Row]:
         with self._engine.connect() as conn:

@@ -17,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 import relay
+from relay.postgres.engine import Database
 from relay.postgres.outbox_source import PostgresOutboxSource
 from relay.publishing.ports import OutboxSource
 from relay.publishing.types import Headers, OutboxRecord
@@ -79,7 +80,7 @@ class MemoryHarness:
 class PostgresHarness:
     def __init__(self, engine: sa.Engine, database_url: str) -> None:
         self._engine = engine
-        self.source: OutboxSource = PostgresOutboxSource(engine, Secret(database_url))
+        self.source: OutboxSource = PostgresOutboxSource(Database(engine, Secret(database_url)))
         self._keys = (b"key-%d" % n for n in itertools.count())
         self._last_id = 0
         self._events = itertools.count(1)

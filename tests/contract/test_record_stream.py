@@ -22,7 +22,7 @@ from relay.errors import KafkaError
 from relay.kafka.record_stream import KafkaRecordStream
 from relay.mirroring.ports import RecordStream
 from relay.mirroring.types import KafkaRecord, PartitionEnd, TopicPartitionKey
-from relay.settings.relay import KafkaSettings
+from relay.settings.connections import KafkaSettings
 from tests.contract.conftest import TIMEOUT_S, Watermarks, memory_and
 from tests.fakes.mirroring import FakeStream
 

@@ -23,7 +23,8 @@ from relay.kafka.publisher import KafkaTransactionalPublisher
 from relay.publishing.ports import TransactionalPublisher
 from relay.publishing.types import CommittedPosition, OutboxRecord
 from relay.runtime.secrets import Secret
-from relay.settings.relay import KafkaSettings, RelaySettings
+from relay.settings.connections import Connections, KafkaSettings
+from relay.settings.relay import RelaySettings
 from tests.contract.conftest import TIMEOUT_S, Watermarks, memory_and
 from tests.fakes.publishing import OWNER, MemoryKafka, MemoryTopic
 
@@ -85,8 +86,7 @@ class KafkaHarness:
     ) -> None:
         unique = uuid.uuid4().hex[:12]
         self.settings = RelaySettings(
-            database_url=Secret("postgresql+psycopg://unused@localhost/unused"),
-            kafka=kafka,
+            connections=Connections(Secret("postgresql+psycopg://unused@localhost/unused"), kafka),
             transactional_id_prefix=f"contract-{unique}",
             positions_topic=make_topic("contract-positions", partitions=2),
             positions_group=f"contract-positions-{unique}",

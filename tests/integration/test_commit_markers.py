@@ -16,6 +16,7 @@ from sqlalchemy.pool import NullPool
 
 import relay
 from relay.postgres import migrations
+from relay.postgres.engine import Database
 from relay.postgres.outbox_source import PostgresOutboxSource
 from relay.runtime.secrets import Secret
 from tests.integration.support import (
@@ -105,7 +106,7 @@ def test_the_horizon_stops_below_a_transaction_in_flight(
 ) -> None:
     first, later = _keys_in(1, 2)
     engine = sa.create_engine(outbox_url, poolclass=NullPool)
-    source = PostgresOutboxSource(engine, Secret(outbox_url), held_up_warning_s=0)
+    source = PostgresOutboxSource(Database(engine, Secret(outbox_url)), held_up_warning_s=0)
     try:
         early = _write(outbox_url, later, b"early")
         assert [r.id for r in source.fetch(1, 0, 100)] == [early]

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
 import relay
+from relay.postgres.engine import Database
 from relay.postgres.outbox_source import PostgresOutboxSource
 from relay.publishing.types import OutboxRecord
 from relay.runtime.secrets import Secret
@@ -111,7 +112,7 @@ def test_a_fetch_reads_the_rows_it_returns_not_the_backlog(
                 )
             ]
             first_id = int(conn.execute(sa.text("SELECT min(id) FROM outbox")).scalar_one())
-        source = PostgresOutboxSource(engine, Secret(relay_env.database_url))
+        source = PostgresOutboxSource(Database(engine, Secret(relay_env.database_url)))
         source.fetch(0, 0, 1)  # learns that no row predates the commit markers
         for after in (0, expected[BATCH][1]):
             fetched, read = _fetch_counting_reads(engine, source, after)

@@ -13,6 +13,7 @@ from sqlalchemy.pool import NullPool
 import relay
 from relay.errors import MigrationsNotAppliedError
 from relay.postgres import migrations
+from relay.postgres.engine import Database
 from relay.runtime.secrets import Secret
 from tests.integration.support import run_sql
 
@@ -103,9 +104,9 @@ def test_a_database_migrated_before_our_version_table_is_adopted_by_upgrade(
     _as_before_our_version_table(database_url, "service_0042")
     engine = sa.create_engine(database_url, poolclass=NullPool)
     try:
-        assert migrations.current_revision(engine, url) == "0004_positions_guard"
+        assert migrations.current_revision(Database(engine, url)) == "0004_positions_guard"
         with pytest.raises(MigrationsNotAppliedError, match="is at 0004_positions_guard"):
-            migrations.check_schema(engine, url)
+            migrations.check_schema(Database(engine, url))
 
         with caplog.at_level(logging.INFO, logger=migrations.__name__):
             migrations.upgrade(url)  # what `relay db upgrade` runs
@@ -116,7 +117,7 @@ def test_a_database_migrated_before_our_version_table_is_adopted_by_upgrade(
         head = migrations.head_revision()
         assert _versions(database_url, "relay_alembic_version") == [head]
         assert _versions(database_url, "alembic_version") == ["service_0042"]
-        migrations.check_schema(engine, url)
+        migrations.check_schema(Database(engine, url))
         migrations.downgrade(url, "-1")
         migrations.upgrade(url)
         assert _versions(database_url, "alembic_version") == ["service_0042"]
@@ -134,7 +135,7 @@ def test_the_start_up_check_accepts_a_current_revision_not_yet_adopted(
     _as_before_our_version_table(database_url, "service_0042")
     engine = sa.create_engine(database_url, poolclass=NullPool)
     try:
-        migrations.check_schema(engine, url)
+        migrations.check_schema(Database(engine, url))
     finally:
         engine.dispose()
     head = migrations.head_revision()

@@ -91,7 +91,8 @@ def test_bad_mapping_fails_fast_with_one_clear_line(
         ([], {"RELAY_MIRROR_CONFIG": ""}, 2, "no mirror mapping: set RELAY_MIRROR_CONFIG"),
         ([], {"RELAY_MIRROR_CONFIG": "/nonexistent.toml"}, 2, "cannot read mirror mapping"),
         (["--topics", "other"], {}, 2, "topic other is not in the mapping"),
-        (["--batch-size", "0"], {}, 2, "RELAY_MIRROR_BATCH_SIZE must be positive"),
+        (["--batch-size", "0"], {}, 2, "argument --batch-size: must be positive, got 0"),
+        ([], {"RELAY_MIRROR_BATCH_SIZE": "0"}, 2, "RELAY_MIRROR_BATCH_SIZE must be positive"),
         (
             ["-X", "partition.assignment.strategy=range"],
             {},

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 import relay
+from relay.postgres.engine import Database
 from relay.postgres.outbox_source import PostgresOutboxSource
 from relay.runtime.secrets import Secret
 from tests.integration.support import (
@@ -63,7 +64,7 @@ class PollingReader:
     """Reads like the relay does: per relay partition, rows with seq > last seen."""
 
     def __init__(self, env: RelayTestEnv, engine: sa.Engine) -> None:
-        self.source = PostgresOutboxSource(engine, Secret(env.database_url))
+        self.source = PostgresOutboxSource(Database(engine, Secret(env.database_url)))
         self.position: dict[int, int] = defaultdict(int)
         self.seen: list[int] = []
 

@@ -12,7 +12,7 @@ import pytest
 
 from relay.cli import build_parser
 from relay.errors import ConfigurationError
-from relay.settings.env_flags import NO_VARIABLE, apply_environment, every_parser, variable_of
+from relay.settings.env_flags import NO_VARIABLE, apply_environment, every_parser, setting_of
 from relay.spark import job_parser
 from relay.spark import mirror as mirror_job
 from relay.spark import outbox_relay as relay_job
@@ -79,16 +79,16 @@ def test_every_variable_of_a_plain_flag_is_read() -> None:
     checked = 0
     for parser in _parsers():
         for action in parser._actions:
-            variable = variable_of(action)
-            if variable is None or action.default is argparse.SUPPRESS:
+            setting = setting_of(action)
+            if setting is None or action.default is argparse.SUPPRESS:
                 continue
             args = argparse.Namespace(**{a.dest: None for a in parser._actions})
             try:
-                apply_environment(parser, args, {variable.name: "%%"})
+                apply_environment(parser, args, {setting.env: "%%"})
             except ConfigurationError as exc:
-                assert variable.name in str(exc)
+                assert setting.env in str(exc)
             else:
-                assert getattr(args, action.dest) != variable.default, variable.name
+                assert getattr(args, action.dest) != setting.default, setting.env
             checked += 1
     assert checked > 20
 
@@ -120,7 +120,7 @@ def test_a_variable_only_applies_to_the_subcommand_that_runs() -> None:
         ({"RELAY_LOG_LEVEL": "loud"}, "RELAY_LOG_LEVEL must be one of DEBUG, INFO"),
         ({"RELAY_ONCE": "maybe"}, "RELAY_ONCE must be true or false"),
         ({"RELAY_PARTITIONS": "a,b"}, "RELAY_PARTITIONS: expected comma-separated"),
-        ({"RELAY_PROGRESS_INTERVAL_S": "0"}, "RELAY_PROGRESS_INTERVAL_S: "),
+        ({"RELAY_PROGRESS_INTERVAL_S": "0"}, "RELAY_PROGRESS_INTERVAL_S must be positive"),
     ],
 )
 def test_a_bad_variable_is_one_clear_error(env: dict[str, str], message: str) -> None:

@@ -152,12 +152,12 @@ def test_stored_mirror_headers_become_the_records_headers_again() -> None:
 
 def test_the_mirrors_options_come_from_the_flags_else_the_environment() -> None:
     environ = {"RELAY_MIRROR_CONFIG": "env.toml", "RELAY_MIRROR_GROUP": "env-group"}
-    assert load_mirror_options({"config": None, "group": None}, environ) == MirrorOptions(
-        "env.toml", "env-group"
-    )
-    assert load_mirror_options({"config": "flag.toml", "group": "g"}, environ) == MirrorOptions(
-        "flag.toml", "g"
-    )
+    assert load_mirror_options(
+        {"mirror_config": None, "mirror_group": None}, environ
+    ) == MirrorOptions("env.toml", "env-group")
+    assert load_mirror_options(
+        {"mirror_config": "flag.toml", "mirror_group": "g"}, environ
+    ) == MirrorOptions("flag.toml", "g")
     assert load_mirror_options({}, {}) == MirrorOptions()
     with pytest.raises(ConfigurationError, match="RELAY_MIRROR_GROUP must not be empty"):
         load_mirror_options({}, {"RELAY_MIRROR_GROUP": " "})

@@ -20,8 +20,8 @@ from relay.errors import ConfigurationError
 from relay.postgres.migrations import SchemaRevision
 from relay.postgres.outbox_status import OutboxPartitionStatus
 from relay.runtime.secrets import Secret
+from relay.settings.connections import Connections, KafkaSettings
 from relay.settings.mirror import MirrorSettings
-from relay.settings.relay import KafkaSettings, RelaySettings
 
 NOW = datetime(2026, 11, 23, 10, 0, 0, tzinfo=UTC)
 HEAD = "0007_commit_markers"
@@ -93,7 +93,7 @@ def test_max_age_looks_at_the_oldest_pending_row() -> None:
 
 
 def test_options_come_from_flags_else_relay_status_variables() -> None:
-    flags = {"output": None, "max_lag": None, "max_age_s": None}
+    flags = {"status_output": None, "status_max_lag": None, "status_max_age_s": None}
     assert load_status_options(flags, environ={}) == StatusOptions("text", None, None)
     environ = {
         "RELAY_STATUS_OUTPUT": "JSON",
@@ -101,14 +101,18 @@ def test_options_come_from_flags_else_relay_status_variables() -> None:
         "RELAY_STATUS_MAX_AGE_S": "2.5",
     }
     assert load_status_options(flags, environ) == StatusOptions("json", 0, 2.5)
-    given = {"output": "text", "max_lag": 10, "max_age_s": 60.0}
+    given = {"status_output": "text", "status_max_lag": 10, "status_max_age_s": 60.0}
     assert load_status_options(given, environ) == StatusOptions("text", 10, 60.0)
 
 
 @pytest.mark.parametrize(
     ("variable", "value", "message"),
     [
-        ("RELAY_STATUS_OUTPUT", "yaml", "RELAY_STATUS_OUTPUT must be text or json, got 'yaml'"),
+        (
+            "RELAY_STATUS_OUTPUT",
+            "yaml",
+            "RELAY_STATUS_OUTPUT must be one of text, json, got 'yaml'",
+        ),
         ("RELAY_STATUS_MAX_LAG", "-1", "RELAY_STATUS_MAX_LAG must be 0 or more, got -1"),
         ("RELAY_STATUS_MAX_LAG", "1.5", "RELAY_STATUS_MAX_LAG must be a whole number"),
         ("RELAY_STATUS_MAX_AGE_S", "soon", "RELAY_STATUS_MAX_AGE_S must be a number of seconds"),
@@ -127,10 +131,10 @@ def test_the_mirror_scope_is_the_mapping_when_given_else_filters_of_stored_offse
 
     scope = load_mirror_scope({}, no_mapping, environ={})
     assert (scope.settings, scope.group, scope.topics) == (None, None, None)
-    scope = load_mirror_scope({"topics": " a, b ,"}, no_mapping, {"RELAY_MIRROR_GROUP": "g"})
+    scope = load_mirror_scope({"mirror_topics": " a, b ,"}, no_mapping, {"RELAY_MIRROR_GROUP": "g"})
     assert (scope.settings, scope.group, scope.topics) == (None, "g", ("a", "b"))
-    relay = RelaySettings(Secret("postgresql+psycopg://u@h/d"), KafkaSettings("k:9092"))
-    mapped = MirrorSettings(relay, "m.toml")
+    connections = Connections(Secret("postgresql+psycopg://u@h/d"), KafkaSettings("k:9092"))
+    mapped = MirrorSettings(connections, "m.toml")
     scope = load_mirror_scope({}, lambda: mapped, environ={"RELAY_MIRROR_CONFIG": "m.toml"})
     assert scope.settings is mapped
 

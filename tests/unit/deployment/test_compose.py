@@ -244,7 +244,8 @@ def _variables_read() -> set[str]:
             "RELAY_MIRROR_CONFIG": "mirror.toml",
         }
     )
-    load_mirror_settings(load_settings(environ=environ), environ=environ)
+    load_settings(environ=environ)
+    load_mirror_settings(environ=environ)
     names = set(environ.asked)
     parsers = [build_parser()]
     while parsers:

@@ -13,7 +13,8 @@ BASE = {
 def test_environment_and_flags_with_flags_winning() -> None:
     env = {**BASE, "RELAY_BATCH_SIZE": "100", "RELAY_KAFKA_PROPERTIES": "linger.ms=5;acks=all"}
     settings = load_settings(
-        {"batch_size": 7, "positions_group": None}, kafka_pairs=["linger.ms=9"], environ=env
+        {"batch_size": 7, "positions_group": None, "kafka_properties": ["linger.ms=9"]},
+        environ=env,
     )
     assert settings.batch_size == 7
     assert settings.positions_group is None  # unset: the database's default
@@ -30,7 +31,7 @@ def test_environment_and_flags_with_flags_winning() -> None:
 
 
 def test_secrets_never_show_in_repr_or_description() -> None:
-    settings = load_settings(kafka_pairs=["sasl.password=topsecret"], environ=BASE)
+    settings = load_settings({"kafka_properties": ["sasl.password=topsecret"]}, environ=BASE)
     shown = repr(settings) + str(settings.describe())
     assert "hunter2" not in shown
     assert "topsecret" not in shown
@@ -56,7 +57,7 @@ def test_bad_settings_raise_configuration_errors(
     env: dict[str, str], pairs: list[str], message: str
 ) -> None:
     with pytest.raises(ConfigurationError, match=message) as caught:
-        load_settings(kafka_pairs=pairs, environ={**BASE, **env})
+        load_settings({"kafka_properties": pairs}, environ={**BASE, **env})
     assert "hunter2" not in str(caught.value)
 
 

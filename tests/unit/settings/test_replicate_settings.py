@@ -18,8 +18,11 @@ def test_each_cluster_has_its_own_connection_and_flags_win() -> None:
         "RELAY_REPLICATE_BATCH_SIZE": "100",
     }
     settings = load_replicate_settings(
-        {"batch_size": 7, "target_bootstrap_servers": "dr2:9092"},
-        target_pairs=["linger.ms=5"],
+        {
+            "replicate_batch_size": 7,
+            "replicate_target_bootstrap_servers": "dr2:9092",
+            "replicate_target_properties": ["linger.ms=5"],
+        },
         environ=env,
     )
     assert settings.source.client_config() == {
