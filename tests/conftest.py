@@ -93,7 +93,7 @@ def _stop_services() -> bool:
 
 
 def _up_lock(workdir: Path | None) -> Path:
-    return (workdir or devenv.resolve_workdir()).parent / ".relay-dev-up.lock"
+    return (workdir or devenv.resolve_workdir()) / "tests-up.lock"
 
 
 @pytest.fixture(scope="session")

@@ -29,9 +29,9 @@ from relay.chaos.checker import (
     compare_events,
     compare_mirror,
 )
+from relay.chaos.names import ACCOUNTS, LEDGER
 from relay.chaos.replica_checker import compare_replica
 from relay.chaos.topic_records import Headers, TopicRecord
-from relay.chaos.workload import ACCOUNTS, LEDGER
 from relay.errors import CheckerError, KafkaError
 from relay.postgres.engine import make_engine
 from relay.runtime.clock import Deadline

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from relay.chaos.faults import REPLICA_KINDS, FaultKind
+from relay.chaos.names import REPLICA_KINDS, FaultKind
 from relay.chaos.workload import WorkloadConfig
 
 

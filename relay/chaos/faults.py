@@ -11,7 +11,6 @@ import random
 import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 
 from relay.chaos.logwatch import (
     Appears,
@@ -23,6 +22,7 @@ from relay.chaos.logwatch import (
     relay_partitions_fenced,
     source_partitions_fenced,
 )
+from relay.chaos.names import FaultKind
 from relay.chaos.processes import (
     ManagedProcess,
     Supervisor,
@@ -33,26 +33,6 @@ from relay.chaos.processes import (
 )
 from relay.errors import FaultSkipped
 from relay.runtime.clock import Clock, wait_until
-
-
-class FaultKind(StrEnum):
-    KILL9_RELAY = "kill9_relay"
-    KILL9_MIRROR = "kill9_mirror"
-    KILL9_SPARK = "kill9_spark"
-    KILL9_BROKER = "kill9_broker"
-    RESTART_POSTGRES = "restart_postgres"
-    PAUSE_RELAY = "pause_relay"
-    PAUSE_MIRROR = "pause_mirror"
-    KILL9_REPLICATOR = "kill9_replicator"
-    PAUSE_REPLICATOR = "pause_replicator"
-    KILL9_TARGET_BROKER = "kill9_target_broker"
-
-
-REPLICA_KINDS = frozenset(
-    {FaultKind.KILL9_REPLICATOR, FaultKind.PAUSE_REPLICATOR, FaultKind.KILL9_TARGET_BROKER}
-)
-"""The kinds that need the replicator and the second cluster (``--replicate on``)."""
-
 
 # Relative frequency once every kind has been injected once; the slow faults (broker
 # restart, Spark start-up, a mirror's session timeout) are rarer.

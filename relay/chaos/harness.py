@@ -27,11 +27,12 @@ from relay.chaos import preparation
 from relay.chaos.checker_inputs import KafkaAccess, ReplicaAccess, run_check
 from relay.chaos.config import ChaosConfig
 from relay.chaos.drain import drain
-from relay.chaos.faults import FaultContext, FaultKind, plan_faults
+from relay.chaos.faults import FaultContext, plan_faults
 from relay.chaos.injector import FaultInjector, FaultLog
+from relay.chaos.names import MIRROR, FaultKind
 from relay.chaos.processes import Supervisor
 from relay.chaos.report import ChaosReport
-from relay.chaos.workload import MIRROR, Workload
+from relay.chaos.workload import Workload
 from relay.devenv.private import PrivateServers, remove_workdir, start_servers, stop_servers
 from relay.postgres.migrations import PROJECT_ROOT
 from relay.runtime.clock import Clock

@@ -14,7 +14,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
-from relay.chaos.faults import ACTIONS, FaultContext, FaultKind, Outcome
+from relay.chaos.faults import ACTIONS, FaultContext, Outcome
+from relay.chaos.names import FaultKind
 from relay.errors import FaultSkipped
 
 

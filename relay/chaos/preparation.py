@@ -16,8 +16,9 @@ from confluent_kafka.cimpl import NewTopic
 from sqlalchemy import Engine, text
 
 from relay.chaos.config import ChaosConfig
+from relay.chaos.names import MIRROR, TOPIC
 from relay.chaos.processes import Command, Slot, Supervisor
-from relay.chaos.workload import MIRROR, TOPIC, create_schema
+from relay.chaos.workload import create_schema
 from relay.devenv.cli_runner import relay_command
 from relay.devenv.private import PrivateServers
 from relay.errors import RelayError

@@ -23,15 +23,11 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 import relay
+from relay.chaos.names import ACCOUNTS, EVENT_TYPE, LEDGER, MIRROR
 from relay.runtime.clock import Clock
 
 log = logging.getLogger(__name__)
 
-TOPIC = "chaos-accounts"
-ACCOUNTS = "chaos_accounts"
-LEDGER = "chaos_ledger"
-MIRROR = "chaos_accounts_mirror"
-EVENT_TYPE = "AccountChanged"
 
 _SCHEMA = (
     f"""CREATE TABLE IF NOT EXISTS {ACCOUNTS} (

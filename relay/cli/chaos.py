@@ -8,11 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from relay.chaos.checker_inputs import KafkaAccess, ReplicaAccess, check
-from relay.chaos.config import ChaosConfig
-from relay.chaos.faults import REPLICA_KINDS, FaultKind
-from relay.chaos.harness import ChaosRun
-from relay.chaos.workload import MIRROR, TOPIC, WorkloadConfig
+from relay.chaos.names import MIRROR, REPLICA_KINDS, TOPIC, FaultKind
 from relay.cli.signals import interrupt_on_sigterm
 from relay.errors import ChaosError, ConfigurationError, DevEnvError
 from relay.runtime.clock import SystemClock
@@ -165,6 +161,10 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
 
 
 def _cmd_chaos(args: argparse.Namespace) -> int:
+    from relay.chaos.config import ChaosConfig  # the harness loads only when a run starts
+    from relay.chaos.harness import ChaosRun
+    from relay.chaos.workload import WorkloadConfig
+
     if args.faults < 0 or args.writers < 1 or args.duration_limit <= 0:
         raise ConfigurationError("--faults >= 0, --writers >= 1 and --duration-limit > 0")
     config = ChaosConfig(
@@ -192,6 +192,8 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    from relay.chaos.checker_inputs import KafkaAccess, ReplicaAccess, check
+
     replica = None
     if args.replica_bootstrap_servers:
         replica = ReplicaAccess(

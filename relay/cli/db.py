@@ -6,7 +6,6 @@ import argparse
 import logging
 from typing import Any
 
-from relay.commands import db
 from relay.runtime.secrets import mask_url
 from relay.settings.env_flags import env_flag
 from relay.settings.flags import add_connection_flags, database_url_from_args
@@ -52,6 +51,8 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
 
 
 def _upgrade(args: argparse.Namespace) -> int:
+    from relay.commands import db
+
     url = database_url_from_args(args)
     db.upgrade(url, args.revision)
     log.info("database %s upgraded to %s", mask_url(url.reveal()), args.revision)
@@ -59,6 +60,8 @@ def _upgrade(args: argparse.Namespace) -> int:
 
 
 def _downgrade(args: argparse.Namespace) -> int:
+    from relay.commands import db
+
     url = database_url_from_args(args)
     db.downgrade(url, args.revision)
     log.info("database %s downgraded to %s", mask_url(url.reveal()), args.revision)
@@ -66,12 +69,16 @@ def _downgrade(args: argparse.Namespace) -> int:
 
 
 def _current(args: argparse.Namespace) -> int:
+    from relay.commands import db
+
     revision = db.current(database_url_from_args(args))
     print(f"{revision.current or '(empty)'} ({revision.state()})")
     return 0
 
 
 def _roles(args: argparse.Namespace) -> int:
+    from relay.commands import db
+
     url = database_url_from_args(args)
     db.roles(url, args.mirror_tables)
     log.info(
@@ -81,6 +88,8 @@ def _roles(args: argparse.Namespace) -> int:
 
 
 def _partitions(args: argparse.Namespace) -> int:
+    from relay.commands import db
+
     before, barrier = db.set_partitions(database_url_from_args(args), args.count)
     log.info("relay partitions: %d -> %d", before, args.count)
     if barrier is not None:

@@ -7,15 +7,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from relay.commands import dead_letters
-from relay.commands.dead_letters import DeadLetterRow, Selection, Source
 from relay.errors import ConfigurationError, ConfirmationRequiredError, DeadLetterError
 from relay.runtime.secrets import Secret, mask_text
 from relay.settings.env_flags import add_yes_flag, env_flag
 from relay.settings.flags import add_connection_flags, add_mirror_flags, database_url_from_args
 from relay.settings.spec import choice
+
+if TYPE_CHECKING:
+    from relay.commands import dead_letters
+    from relay.commands.dead_letters import DeadLetterRow, Selection, Source
 
 OUTPUTS = ("text", "json")
 SOURCES = ("outbox", "mirror")
@@ -100,10 +102,14 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
 
 
 def _mirror(args: argparse.Namespace) -> dead_letters.MirrorOptions:
+    from relay.commands import dead_letters
+
     return dead_letters.load_mirror_options(vars(args))
 
 
 def _selection(args: argparse.Namespace, *, every: bool = False) -> Selection:
+    from relay.commands.dead_letters import Selection
+
     if not every and bool(args.ids) == bool(args.all):
         raise ConfigurationError("give the dead letters' ids, or --all")
     ids = None if every or args.all else tuple(args.ids)
@@ -112,6 +118,8 @@ def _selection(args: argparse.Namespace, *, every: bool = False) -> Selection:
 
 
 def _list(args: argparse.Namespace) -> int:
+    from relay.commands import dead_letters
+
     rows = dead_letters.list_dead_letters(
         database_url_from_args(args), args.source, _selection(args, every=True), args.limit
     )
@@ -121,6 +129,8 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    from relay.commands import dead_letters
+
     letter = dead_letters.show(database_url_from_args(args), args.source, args.id)
     for name, shown in dead_letters.describe(letter, args.full):
         print(f"{name + ':':<18} {shown}")
@@ -128,6 +138,8 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    from relay.commands import dead_letters
+
     url, source, selection = database_url_from_args(args), args.source, _selection(args)
     mirror = _mirror(args)
     dead_letters.replay_mapping(source, mirror)  # a missing mapping: before anything else
@@ -151,6 +163,8 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _discard(args: argparse.Namespace) -> int:
+    from relay.commands import dead_letters
+
     url, source, selection = database_url_from_args(args), args.source, _selection(args)
     if not _confirmed(args.yes, url, source, selection, "discard"):
         return 0
@@ -166,6 +180,8 @@ def _discard(args: argparse.Namespace) -> int:
 def _confirmed(yes: bool, url: Secret, source: Source, selection: Selection, doing: str) -> bool:
     """With ``yes``, True; without, list the selected dead letters and raise (changing
     nothing), or False when there are none."""
+    from relay.commands import dead_letters
+
     if yes:
         return True
     rows = dead_letters.list_dead_letters(url, source, selection)
@@ -186,6 +202,8 @@ def _count(number: int, source: Source) -> str:
 
 
 def render_text(source: Source, rows: list[DeadLetterRow]) -> str:
+    from relay.commands import dead_letters
+
     if source == "outbox":
         lines = [f"{'id':>8} {'partition':>9} {'seq':>12} {'outbox id':>12}  {'topic':<30}"]
     else:
@@ -206,6 +224,8 @@ def render_text(source: Source, rows: list[DeadLetterRow]) -> str:
 
 def render_json(source: Source, rows: list[DeadLetterRow]) -> str:
     """One object: ``source`` and ``dead_letters``; keys are only ever added."""
+    from relay.commands import dead_letters
+
     position, extra = ("seq", "outbox_id") if source == "outbox" else ("offset", "group")
     letters = [
         {

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from relay import devenv
-
 
 def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
     parser = subparsers.add_parser(
@@ -17,6 +15,8 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
 
 
 def _dev(args: argparse.Namespace) -> int:
+    from relay import devenv
+
     if args.action == "up":
         print(devenv.describe(devenv.up()))
     elif args.action == "down":

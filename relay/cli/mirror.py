@@ -7,14 +7,9 @@ import argparse
 import logging
 from typing import Any
 
-from relay.cli.progress import showing
 from relay.cli.signals import stop_on_signals
-from relay.commands.mirror import MirrorService, lag_report, reset_recreated_topic
 from relay.errors import ConfirmationRequiredError
 from relay.mirroring.types import MirrorSummary
-from relay.runtime.metrics import serving
-from relay.runtime.observed import MirrorProgressMetrics
-from relay.runtime.progress import Progress
 from relay.settings.env_flags import add_yes_flag, env_flag
 from relay.settings.flags import (
     add_connection_flags,
@@ -59,6 +54,12 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
 
 
 def _mirror(args: argparse.Namespace) -> int:
+    from relay.cli.progress import showing
+    from relay.commands.mirror import MirrorService, lag_report, reset_recreated_topic
+    from relay.runtime.metrics import serving
+    from relay.runtime.observed import MirrorProgressMetrics
+    from relay.runtime.progress import Progress
+
     settings = mirror_settings_from_args(args)
     if args.reset_recreated_topic:
         reset = reset_recreated_topic(settings, args.reset_recreated_topic, yes=args.yes)

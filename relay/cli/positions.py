@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from relay.commands import positions
 from relay.errors import ConfirmationRequiredError
 from relay.settings.env_flags import add_yes_flag
 from relay.settings.flags import add_connection_flags, add_relay_flags, relay_settings_from_args
@@ -49,6 +48,8 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
 
 
 def _show(args: argparse.Namespace) -> int:
+    from relay.commands import positions
+
     print(f"{'partition':>9} {'position':>12} {'floor':>12}  committed by")
     for row in positions.show(relay_settings_from_args(args), args.partitions):
         owner = (
@@ -61,6 +62,8 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _restore(args: argparse.Namespace) -> int:
+    from relay.commands import positions
+
     for row in positions.restore(relay_settings_from_args(args), args.partitions):
         if row.restored:
             print(f"relay partition {row.partition}: position {row.found} -> {row.floor}")
@@ -72,6 +75,8 @@ def _restore(args: argparse.Namespace) -> int:
 
 
 def _set(args: argparse.Namespace) -> int:
+    from relay.commands import positions
+
     settings = relay_settings_from_args(args)
     partition, position = args.partition, args.position
     if not args.yes:

@@ -8,16 +8,10 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from relay.cli.progress import showing
 from relay.cli.signals import stop_on_signals
-from relay.commands import replicate_offsets
-from relay.commands.replicate import ReplicateService
 from relay.errors import ConfirmationRequiredError, OffsetTranslationError
 from relay.replication.translation import TranslatedOffset, TranslationStatus, changes, held_back
 from relay.replication.types import ReplicaResult
-from relay.runtime.metrics import serving
-from relay.runtime.observed import ReplicaProgressMetrics
-from relay.runtime.progress import Progress
 from relay.runtime.summary import RunSummary
 from relay.settings.env_flags import add_yes_flag, env_flag
 from relay.settings.flags import (
@@ -58,6 +52,12 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
 
 
 def _replicate(args: argparse.Namespace) -> int:
+    from relay.cli.progress import showing
+    from relay.commands.replicate import ReplicateService
+    from relay.runtime.metrics import serving
+    from relay.runtime.observed import ReplicaProgressMetrics
+    from relay.runtime.progress import Progress
+
     settings = replicate_settings_from_args(args)
     if args.translate_group:
         return _translate_group(settings, args.translate_group, yes=args.yes)
@@ -76,6 +76,8 @@ def _replicate(args: argparse.Namespace) -> int:
 
 
 def _translate_group(settings: ReplicateSettings, group: str, *, yes: bool) -> int:
+    from relay.commands import replicate_offsets
+
     rows = replicate_offsets.translate(settings, group)
     print(describe_translation(group, rows))
     if not yes:

@@ -6,12 +6,7 @@ import argparse
 import logging
 from typing import Any
 
-from relay.cli.progress import showing
 from relay.cli.signals import stop_on_signals
-from relay.commands.run import ProcessRelay
-from relay.runtime.metrics import OutboxMetrics, serving
-from relay.runtime.observed import OutboxProgressMetrics
-from relay.runtime.progress import Progress
 from relay.settings.flags import (
     add_connection_flags,
     add_metrics_flags,
@@ -37,6 +32,12 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
 
 
 def _run(args: argparse.Namespace) -> int:
+    from relay.cli.progress import showing
+    from relay.commands.run import ProcessRelay
+    from relay.runtime.metrics import OutboxMetrics, serving
+    from relay.runtime.observed import OutboxProgressMetrics
+    from relay.runtime.progress import Progress
+
     settings = relay_settings_from_args(args)
     log.info("starting: %s", settings.describe())
     # --once shows its progress: rows published of those pending at the start, rate, ETA.

@@ -11,12 +11,9 @@ import argparse
 import json
 import logging
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from relay.commands import status
-from relay.commands.status import StatusOptions, StatusReport
 from relay.errors import StatusCheckError
-from relay.postgres.migrations import SchemaRevision
 from relay.settings.flags import (
     add_connection_flags,
     add_mirror_flags,
@@ -26,6 +23,10 @@ from relay.settings.flags import (
 )
 from relay.settings.spec import add_flags
 from relay.settings.status import STATUS
+
+if TYPE_CHECKING:
+    from relay.commands.status import StatusOptions, StatusReport
+    from relay.postgres.migrations import SchemaRevision
 
 
 def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
@@ -47,6 +48,8 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
 
 
 def _status(args: argparse.Namespace) -> int:
+    from relay.commands import status
+
     if logging.getLogger().level > logging.DEBUG:
         # Reading the schema revision is not a migration: no "Context impl" lines.
         logging.getLogger("alembic.runtime.migration").setLevel(logging.WARNING)

@@ -19,8 +19,9 @@ from confluent_kafka.admin import AdminClient
 from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
+from relay.chaos.names import MIRROR
 from relay.chaos.preparation import write_mapping
-from relay.chaos.workload import MIRROR, Workload, WorkloadConfig, create_schema
+from relay.chaos.workload import Workload, WorkloadConfig, create_schema
 from relay.runtime.clock import SystemClock
 from tests.integration.replicate_support import ReplicaEnv, new_group, read_log
 from tests.integration.support import (

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from relay.chaos.config import ChaosConfig
-from relay.chaos.faults import REPLICA_KINDS, FaultKind
+from relay.chaos.names import REPLICA_KINDS, FaultKind
 
 
 def test_the_replicator_kinds_are_planned_only_when_the_run_replicates() -> None:

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from relay.chaos import faults
-from relay.chaos.faults import FaultContext, FaultKind, Outcome, plan_faults
+from relay.chaos.faults import FaultContext, Outcome, plan_faults
 from relay.chaos.injector import FaultInjector, FaultLog
+from relay.chaos.names import FaultKind
 from relay.chaos.processes import Command, Slot, Supervisor, is_stopped
 from relay.devenv.waiting import wait_until
 from relay.errors import FaultSkipped

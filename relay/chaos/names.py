@@ -1,0 +1,32 @@
+"""The names a chaos run uses, apart from the code that acts on them (so that the CLI can
+offer them without loading the harness): the fault kinds, the workload's topic and tables."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class FaultKind(StrEnum):
+    KILL9_RELAY = "kill9_relay"
+    KILL9_MIRROR = "kill9_mirror"
+    KILL9_SPARK = "kill9_spark"
+    KILL9_BROKER = "kill9_broker"
+    RESTART_POSTGRES = "restart_postgres"
+    PAUSE_RELAY = "pause_relay"
+    PAUSE_MIRROR = "pause_mirror"
+    KILL9_REPLICATOR = "kill9_replicator"
+    PAUSE_REPLICATOR = "pause_replicator"
+    KILL9_TARGET_BROKER = "kill9_target_broker"
+
+
+REPLICA_KINDS = frozenset(
+    {FaultKind.KILL9_REPLICATOR, FaultKind.PAUSE_REPLICATOR, FaultKind.KILL9_TARGET_BROKER}
+)
+"""The kinds that need the replicator and the second cluster (``--replicate on``)."""
+
+# The workload's topic, its tables and its events' type.
+TOPIC = "chaos-accounts"
+ACCOUNTS = "chaos_accounts"
+LEDGER = "chaos_ledger"
+MIRROR = "chaos_accounts_mirror"
+EVENT_TYPE = "AccountChanged"
