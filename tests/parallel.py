@@ -48,7 +48,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: two workers a core. Most integration tests wait on the servers (a
-    transaction's markers, a group's rebalance, a child process), not on the CPU."""
+    transaction's markers, a group's rebalance, a child process), not on the CPU. Without
+    integration tests (``-m "not integration"``) none: the unit tests take seconds, less
+    than starting workers would."""
+    if config.option.markexpr.replace(" ", "") == "notintegration":
+        return 0
     return max(2, 2 * (os.cpu_count() or 1))
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import fcntl
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -37,3 +37,19 @@ def locked(path: Path, mode: int) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def built_once(factory: pytest.TempPathFactory, name: str, build: Callable[[Path], Path]) -> Path:
+    """What ``build(directory)`` returns, built by the first worker that asks in a directory
+    every worker of the run shares, and reused by the others (e.g. a packed virtualenv)."""
+    base = factory.getbasetemp()
+    shared = base.parent if base.name.startswith("popen-gw") else base
+    directory = shared / name
+    done = directory / ".built"
+    with exclusive(shared / f"{name}.lock"):
+        if done.exists():
+            return Path(done.read_text())
+        directory.mkdir(exist_ok=True)
+        built = build(directory)
+        done.write_text(str(built))
+        return built

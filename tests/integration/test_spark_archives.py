@@ -36,6 +36,7 @@ from tests.integration.support import (
 )
 from tests.integration.test_wheel_install import PIP, _build_wheel, _outside_checkout, _run
 from tests.integration.writes import write_events
+from tests.workers import built_once
 
 SPARK_HOME = Path(pyspark.__file__).parent
 JOB = PROJECT_ROOT / "jobs" / "outbox_relay.py"
@@ -56,8 +57,12 @@ def _constraints(path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def packed_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """env.tar.gz: the wheel and its dependencies in a virtualenv packed with venv-pack."""
-    work = tmp_path_factory.mktemp("packed-env")
+    """env.tar.gz: the wheel and its dependencies in a virtualenv packed with venv-pack
+    (built once a run, whichever worker asks first)."""
+    return built_once(tmp_path_factory, "packed-env", _pack)
+
+
+def _pack(work: Path) -> Path:
     wheel = _build_wheel(work)
     target = work / "venv"
     venv.EnvBuilder(with_pip=False, symlinks=True).create(target)
@@ -136,6 +141,7 @@ def _where_relay_is(python: Path, cwd: Path) -> Path:
     return Path(out.strip())
 
 
+@pytest.mark.long(20)  # its first user builds the packed environment
 def test_local_mode_runs_the_job_on_the_unpacked_archive(
     relay_env: RelayTestEnv, topic: str, packed_env: Path, tmp_path: Path
 ) -> None:
