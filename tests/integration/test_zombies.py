@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from relay import devenv
 from relay.chaos.processes import is_stopped
+from relay.devenv.ports import free_ports
+from tests.integration.conftest import RELAY_PARTITIONS
 from tests.integration.support import (
     RelayTestEnv,
     assert_exactly_once_in_order,
+    migrate,
+    new_prefix,
     read_committed,
     run_relay,
     start_relay,
@@ -50,20 +55,32 @@ def test_paused_relay_is_fenced_by_a_new_instance_and_publishes_nothing_twice(
     assert_exactly_once_in_order(read_committed(relay_env.bootstrap_servers, topic), committed)
 
 
-@pytest.mark.serial  # restarts the shared PostgreSQL server
+@pytest.fixture
+def private_postgres(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    """A PostgreSQL server of the test's own (free port, its own working directory), so that
+    restarting it disturbs no other test; its working directory and database URL."""
+    workdir = tmp_path / "private-pg"
+    url = devenv.start_postgres(workdir, port=free_ports(1)[0])
+    try:
+        yield workdir, url
+    finally:
+        devenv.stop_postgres(workdir, hard=True)
+
+
 def test_a_running_relay_outlives_a_postgresql_restart(
-    relay_env: RelayTestEnv, topic: str, tmp_path: Path, devenv_workdir: Path | None
+    private_postgres: tuple[Path, str], bootstrap_servers: str, topic: str, tmp_path: Path
 ) -> None:
     """`relay run` keeps going through an immediate-mode PostgreSQL restart: the batch in
     flight is retried, nothing is lost or published twice."""
-    if devenv_workdir is None:
-        pytest.skip("restarts the local development PostgreSQL server")
+    workdir, database_url = private_postgres
+    migrate(database_url, RELAY_PARTITIONS)
+    relay_env = RelayTestEnv(database_url, bootstrap_servers, new_prefix())
     first = write_events(relay_env.database_url, topic, 300)
     log = tmp_path / "relay.log"
     service = start_relay(relay_env, "run", "--batch-size", "50", "--no-cleanup", log=log)
     try:
         wait_until(lambda: "published seq" in log.read_text(), 60, "a first batch")
-        devenv.restart_postgres(devenv_workdir, mode="immediate")
+        devenv.restart_postgres(workdir, mode="immediate")
         committed = first | write_events(relay_env.database_url, topic, 300)
         wait_until(
             lambda: (
