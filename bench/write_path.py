@@ -15,13 +15,13 @@ import contextlib
 import os
 import re
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import sqlalchemy as sa
 
 from relay.devenv.databases import libpq_url
+from relay.devenv.waiting import wait_until
 
 from .common import (
     Outcome,
@@ -98,13 +98,16 @@ def _window(url: str, script: str, clients: int, seconds: int, spread: int) -> d
             if attempt == 2:
                 raise
             log(f"write path: the server went away ({str(exc).strip()[:120]}); measuring again")
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                with contextlib.suppress(sa.exc.OperationalError):
-                    execute(url, "SELECT 1")
-                    break
-                time.sleep(1)
+            wait_until(lambda: _answers(url), 120, "the server to answer again", interval=1.0)
     raise AssertionError("unreachable")
+
+
+def _answers(url: str) -> bool:
+    try:
+        execute(url, "SELECT 1")
+    except sa.exc.OperationalError:
+        return False
+    return True
 
 
 def measure_server(

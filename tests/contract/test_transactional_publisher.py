@@ -9,15 +9,13 @@ What a read_committed consumer of a destination topic sees is read back by outbo
 from __future__ import annotations
 
 import contextlib
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka import KafkaError as LibKafkaError
 
+from relay.devenv.reader import read_committed
 from relay.errors import ProducerFencedError, TopicMissingError, UndeliverableEventError
 from relay.kafka.publisher import KafkaTransactionalPublisher
 from relay.publishing.ports import TransactionalPublisher
@@ -116,35 +114,10 @@ class KafkaHarness:
         # commit_transaction() returns before the broker wrote the markers: read once
         # no transaction is open any more, up to the last stable offset.
         self._watermarks.wait_settled(topic, 0)
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.settings.kafka.bootstrap_servers,
-                "group.id": f"contract-reader-{uuid.uuid4().hex}",
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "fetch.wait.max.ms": 10,
-            }
+        records = read_committed(
+            self.settings.kafka.bootstrap_servers, topic, TIMEOUT_S, {"fetch.wait.max.ms": "10"}
         )
-        try:
-            # Offset 0, not OFFSET_BEGINNING: looking that up costs half a second.
-            consumer.assign([TopicPartition(topic, 0, 0)])
-            ids: list[int] = []
-            deadline = time.monotonic() + TIMEOUT_S
-            while time.monotonic() < deadline:
-                msg = consumer.poll(0.2)
-                if msg is None:
-                    continue
-                err = msg.error()
-                if err is not None and err.code() == LibKafkaError._PARTITION_EOF:
-                    return ids
-                assert err is None, f"reading {topic}: {err}"
-                outbox_id = dict(msg.headers() or [])["outbox-id"]
-                assert isinstance(outbox_id, bytes)
-                ids.append(int(outbox_id))
-            raise AssertionError(f"reading {topic}: no end of partition in {TIMEOUT_S:g} s")
-        finally:
-            consumer.close()
+        return [r.outbox_id for r in records]
 
     def close(self) -> None:
         for publisher in self.publishers:
