@@ -268,3 +268,53 @@ def test_compose_and_the_image_set_only_variables_the_relay_reads() -> None:
         for variable in image_env(target):
             if variable.startswith("RELAY_"):
                 assert variable in known, f"target {target} sets {variable}"
+
+
+# --- state that must outlive `docker compose down && up` ---------------------------------
+
+# Where each image keeps its data unless told otherwise (apache/kafka's Dockerfile declares
+# /var/lib/kafka/data a volume, but its broker writes log.dirs, /tmp/kraft-combined-logs by
+# default, unless KAFKA_LOG_DIRS says otherwise).
+DATA_DIRS = {"postgres": ("PGDATA", "/var/lib/postgresql/data"), "kafka": ("KAFKA_LOG_DIRS", None)}
+
+
+@pytest.mark.parametrize("name", sorted(DATA_DIRS))
+def test_each_server_keeps_its_data_in_its_named_volume(name: str) -> None:
+    """PostgreSQL (with the published floor) and Kafka (with the positions) are kept or lost
+    together: a broker writing outside its volume loses the positions on `down && up` while
+    the database keeps its floor, and the relay then refuses to start."""
+    service = SERVICES[name]
+    variable, default = DATA_DIRS[name]
+    data_dir = service.get("environment", {}).get(variable, default)
+    assert data_dir is not None, f"{name}: set {variable} to the directory of its volume"
+    mounts = {m.split(":")[1]: m.split(":")[0] for m in service.get("volumes", [])}
+    assert mounts.get(data_dir) in COMPOSE["volumes"], (
+        f"{name} writes {data_dir}, which is not a named volume (mounted: {mounts})"
+    )
+
+
+def test_published_ports_leave_the_development_servers_theirs() -> None:
+    """`relay dev up` and `docker compose up` can run on one machine."""
+    from relay.devenv.workdir import (
+        DEFAULT_CONTROLLER_PORT,
+        DEFAULT_KAFKA_PORT,
+        DEFAULT_KAFKA_SASL_PORT,
+        DEFAULT_PG_PORT,
+        DEFAULT_TARGET_CONTROLLER_PORT,
+        DEFAULT_TARGET_KAFKA_PORT,
+    )
+
+    dev = {
+        DEFAULT_PG_PORT,
+        DEFAULT_KAFKA_PORT,
+        DEFAULT_CONTROLLER_PORT,
+        DEFAULT_KAFKA_SASL_PORT,
+        DEFAULT_TARGET_KAFKA_PORT,
+        DEFAULT_TARGET_CONTROLLER_PORT,
+    }
+    published = {
+        int(port.split(":")[-2]): name
+        for name, service in SERVICES.items()
+        for port in service.get("ports", [])
+    }
+    assert not dev & set(published), {p: published[p] for p in dev & set(published)}
