@@ -144,3 +144,21 @@ def configure(level: str = "INFO", secrets: tuple[str, ...] = (), log_format: st
     root.setLevel(level.upper())
     logging.getLogger("alembic").setLevel(max(root.level, logging.INFO))
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
+    migration = logging.getLogger("alembic.runtime.migration")
+    migration.removeFilter(_ALEMBIC_SET_UP)
+    if root.level > logging.DEBUG:
+        migration.addFilter(_ALEMBIC_SET_UP)
+
+
+class AlembicSetUpFilter(logging.Filter):
+    """Drops the two lines Alembic logs each time it opens a migration context (``Context
+    impl PostgresqlImpl.``, ``Will assume transactional DDL.``): every command checks the
+    schema, so they would start every command's output. What it migrates stays."""
+
+    SET_UP = ("Context impl ", "Will assume ")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, str) and record.msg.startswith(self.SET_UP))
+
+
+_ALEMBIC_SET_UP = AlembicSetUpFilter()

@@ -65,6 +65,21 @@ def test_text_lines_mask_secrets_too(stderr: Stderr) -> None:
     assert "hunter2" not in line
 
 
+def test_alembic_says_what_it_migrates_not_how_it_connects(stderr: Stderr) -> None:
+    """Every command checks the schema through Alembic; its two set-up lines (which dialect,
+    transactional DDL) are noise at INFO, shown only at DEBUG. What it changes is shown."""
+    migration = logging.getLogger("alembic.runtime.migration")
+    logs.configure("INFO")
+    migration.info("Context impl %s.", "PostgresqlImpl")
+    migration.info("Will assume %s DDL.", "transactional")
+    migration.info("Running upgrade %s -> %s, %s", "0008", "0009", "live partition count")
+    (line,) = stderr.getvalue().splitlines()
+    assert line.endswith("Running upgrade 0008 -> 0009, live partition count")
+    logs.configure("DEBUG")
+    migration.info("Will assume %s DDL.", "transactional")
+    assert "Will assume transactional DDL." in stderr.getvalue()
+
+
 @pytest.mark.parametrize(
     "argv",
     [
