@@ -150,3 +150,11 @@ def test_the_build_context_holds_what_the_dockerfile_copies() -> None:
 )
 def test_the_build_context_leaves_out_what_the_images_must_not_hold(path: str) -> None:
     assert not in_context(path), f"{path} would be sent to the Docker build"
+
+
+def test_the_deployment_guide_names_every_job_the_spark_image_holds() -> None:
+    """docs/deployment.md's table of images names each entry point the Dockerfile copies."""
+    guide = (ROOT / "docs" / "deployment.md").read_text()
+    (row,) = [line for line in guide.splitlines() if line.startswith("| `relay-spark` |")]
+    missing = sorted(Path(job).name for job in image_jobs() if Path(job).name not in row)
+    assert not missing, f"docs/deployment.md's relay-spark row does not name {missing}"
