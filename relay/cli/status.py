@@ -21,6 +21,10 @@ from relay.settings.flags import (
     mirror_settings_from_args,
     relay_settings_from_args,
 )
+from relay.settings.mirror import GROUP as MIRROR_GROUP
+from relay.settings.mirror import MAPPING as MIRROR_MAPPING
+from relay.settings.mirror import TOPICS as MIRROR_TOPICS
+from relay.settings.relay import POSITIONS_GROUP, POSITIONS_TOPIC, TRANSACTIONAL_ID_PREFIX
 from relay.settings.spec import add_flags
 from relay.settings.status import STATUS
 
@@ -30,20 +34,18 @@ if TYPE_CHECKING:
 
 
 def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
-    # "resolve": the relay's and the mirror's flags both define --batch-size, which
-    # status does not use; the mirror's stays.
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "status",
         help="each relay partition's position, pending rows and holders, the mirror's lag "
         "and the schema; --max-lag/--max-age exit 6 on a breach",
-        conflict_handler="resolve",
     )
     add_flags(
         parser.add_argument_group("status (flags win over RELAY_STATUS_* environment)"), STATUS
     )
     add_connection_flags(parser)
-    add_relay_flags(parser)
-    add_mirror_flags(parser)
+    # Only what status reads: where the positions are, and which mirror to report on.
+    add_relay_flags(parser, only=(TRANSACTIONAL_ID_PREFIX, POSITIONS_TOPIC, POSITIONS_GROUP))
+    add_mirror_flags(parser, only=(MIRROR_MAPPING, MIRROR_GROUP, MIRROR_TOPICS))
     parser.set_defaults(handler=_status)
 
 

@@ -10,7 +10,7 @@ neither defines a flag of its own for a setting.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from relay.runtime.secrets import Secret
 from relay.settings.connections import CONNECTIONS, DATABASE_URL, METRICS, load_database_url
@@ -47,9 +47,12 @@ def add_connection_flags(parser: argparse.ArgumentParser, kafka: bool = True) ->
     _group(parser, f"connections ({_FLAGS_WIN})", CONNECTIONS if kafka else (DATABASE_URL,))
 
 
-def add_relay_flags(parser: argparse.ArgumentParser) -> None:
+def add_relay_flags(
+    parser: argparse.ArgumentParser, only: Collection[Setting] | None = None
+) -> None:
+    """The relay's flags (``only``: just these of them, for a command that reads no more)."""
     group = parser.add_argument_group(f"relay ({_FLAGS_WIN})")
-    add_flags(group, RELAY_FLAGS)
+    add_flags(group, RELAY_FLAGS if only is None else [s for s in RELAY_FLAGS if s in only])
     env_flag(
         group,
         "--partitions",
@@ -60,8 +63,15 @@ def add_relay_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_mirror_flags(parser: argparse.ArgumentParser) -> None:
-    _group(parser, f"mirror ({_FLAGS_WIN})", MIRROR)
+def add_mirror_flags(
+    parser: argparse.ArgumentParser, only: Collection[Setting] | None = None
+) -> None:
+    """The mirror's flags (``only``: just these of them)."""
+    _group(
+        parser,
+        f"mirror ({_FLAGS_WIN})",
+        MIRROR if only is None else [s for s in MIRROR if s in only],
+    )
 
 
 def add_replicate_flags(parser: argparse.ArgumentParser) -> None:

@@ -109,3 +109,18 @@ def test_a_bad_value_names_the_flag_or_the_variable_that_was_given(
     from_variable = capsys.readouterr().err.splitlines()[-1]
     assert from_variable.startswith(f"relay: error: {variable} must")
     assert flag not in from_variable
+
+
+def test_status_offers_only_the_flags_it_reads() -> None:
+    """`relay status` reads the connections, where the positions are and which mirror to
+    report on; the relay's and the mirror's tuning flags would only mislead there."""
+    offered = {o for a in _command("status")._actions for o in a.option_strings}
+    tuning = {
+        s.flag
+        for s in (*RELAY_FLAGS, *MIRROR)
+        if s.flag
+        and s.name not in {"transactional_id_prefix", "positions_topic"}
+        and s.name not in {"positions_group", "mapping_path", "group", "topics"}
+    }
+    assert not offered & tuning, sorted(offered & tuning)
+    assert {"--positions-group", "--mapping", "--partitions", "--database-url"} <= offered
