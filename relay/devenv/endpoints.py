@@ -69,6 +69,7 @@ class ServiceStatus:
     pid: int | None
     address: str
     answering: bool
+    port_in_use: bool = False  # not running from this workdir, yet something listens there
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,15 +166,22 @@ def describe_endpoints(endpoints: Endpoints, workdir: Path | None = None) -> str
 
 
 def describe_status(st: DevEnvStatus) -> str:
-    lines = [f"workdir: {st.workdir}"]
+    lines = [f"workdir: {st.workdir}" + ("" if st.workdir.is_dir() else " (none here)")]
     for svc in (st.postgres, st.kafka, st.target_kafka):
-        if svc.pid is None:
+        if svc.pid is None and svc.port_in_use:
+            state = "not started from this workdir, but something listens on the port"
+        elif svc.pid is None:
             state = "stopped"
         else:
             state = f"running (pid {svc.pid}), {'answering' if svc.answering else 'NOT answering'}"
         lines.append(f"{svc.name + ':':14}{svc.address}  {state}")
     if st.up:
         lines.append(describe_endpoints(st.endpoints, st.workdir))
+    elif any(svc.pid is None and svc.port_in_use for svc in (st.postgres, st.kafka)):
+        lines.append(
+            "servers of another workdir? `relay dev` looks in ./.relay-dev of the current "
+            "directory: run it from the checkout that started them, or set RELAY_DEV_DIR"
+        )
     return "\n".join(lines)
 
 

@@ -12,6 +12,7 @@ from relay.errors import DevEnvError
 from . import kafka, postgres, target
 from .endpoints import DevEnvStatus, Endpoints, ServiceStatus, env_file, write_env_file
 from .kafka_files import SASL_PASSWORD, SASL_USERNAME
+from .ports import port_is_free
 from .workdir import DEFAULT_TIMEOUT, LOOPBACK, configured_ports, resolve_workdir, workdir_lock
 
 log = logging.getLogger("relay.devenv")
@@ -115,6 +116,7 @@ def _broker_status(name: str, pid: int | None, port: int) -> ServiceStatus:
         pid=pid,
         address=kafka.bootstrap_servers(port),
         answering=pid is not None and kafka.kafka_answering(port),
+        port_in_use=pid is None and not port_is_free(port),
     )
 
 
@@ -132,6 +134,7 @@ def status(workdir: Path | None = None) -> DevEnvStatus:
             pid=pg_pid,
             address=f"{LOOPBACK}:{pg_port}",
             answering=pg_pid is not None and postgres.postgres_answering(pg_port),
+            port_in_use=pg_pid is None and not port_is_free(pg_port),
         ),
         kafka=_broker_status("Kafka", kafka.kafka_pid(wd), k_port),
         target_kafka=_broker_status("Kafka target", target.target_kafka_pid(wd), target_port),
