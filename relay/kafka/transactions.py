@@ -202,14 +202,18 @@ class TransactionalProducer:
 
     def reset(self) -> None:
         """A new producer with the same transactional.id, after a failed transaction; the
-        old one is dropped without waiting (its transaction state is unknown)."""
-        old = self._producer
+        old one is dropped without waiting (its transaction state is unknown).
+
+        The old one is destroyed before the new one is built: librdkafka retries a
+        timed-out InitProducerId (the epoch bump an abortable error needs) in the
+        background, and if the broker answers it after the new producer's init, it bumps
+        the epoch again and fences the new producer."""
         try:
-            old.purge()
+            self._producer.purge()
         except KafkaException as exc:
             log.debug("%s: purging the old producer: %s", self._where, exc)
+        del self._producer  # librdkafka's destroy: nothing else refers to it
         self._producer = self._build()
-        del old  # librdkafka's destroy, once nothing refers to it any more
         self._fenced = False
         self._delivery_error = None
         log.warning(
@@ -222,5 +226,5 @@ class TransactionalProducer:
         for release in (self._positions.close, lambda: self._producer.flush(0)):
             try:
                 release()
-            except KafkaException as exc:
+            except (KafkaException, AttributeError) as exc:  # AttributeError: a rebuild failed
                 log.debug("%s: closing: %s", self._where, exc)
