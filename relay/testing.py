@@ -110,7 +110,7 @@ class RecordingOutbox:
         *,
         event_type: str | None = None,
     ) -> None:
-        self.publish_many(bind, [Event(topic, key, value, headers, event_type)])
+        self.publish(bind, topic, key, value, headers, event_type=event_type)
 
 
 @contextmanager

@@ -25,14 +25,8 @@ def exclusive(path: Path) -> Iterator[None]:
     """Hold an exclusive lock on file ``path`` (created if missing): one process at a time,
     across workers."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with locked(path, fcntl.LOCK_EX):
-        yield
-
-
-@contextmanager
-def locked(path: Path, mode: int) -> Iterator[None]:
     with path.open("a") as handle:
-        fcntl.flock(handle, mode)
+        fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
         finally:

@@ -22,8 +22,15 @@ def run_relay(
     timeout: float = 180.0,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``relay <args>`` to completion with ``env``; its exit code and output."""
+    return run_python(relay_command(*args), env, cwd=cwd, timeout=timeout)
+
+
+def run_python(
+    argv: list[str], env: Mapping[str, str], *, cwd: Path | None = None, timeout: float = 180.0
+) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` (e.g. this interpreter on a Spark job) to completion with ``env``."""
     return subprocess.run(
-        relay_command(*args),
+        argv,
         env=dict(env),
         cwd=cwd,
         capture_output=True,

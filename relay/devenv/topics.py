@@ -30,18 +30,24 @@ def create_topic(
         name, num_partitions=partitions, replication_factor=-1, config=dict(config or {})
     )
     admin.create_topics([new], operation_timeout=30)[name].result(timeout=timeout)
-
-    def ready() -> bool:
-        topic = admin.list_topics(topic=name, timeout=10).topics.get(name)
-        return (
-            topic is not None
-            and topic.error is None
-            and len(topic.partitions) == partitions
-            and all(p.leader >= 0 for p in topic.partitions.values())
-        )
-
-    wait_until(ready, timeout, f"a leader for every partition of topic {name}", interval=0.1)
+    wait_until(
+        lambda: topic_ready(admin, name, partitions),
+        timeout,
+        f"a leader for every partition of topic {name}",
+        interval=0.1,
+    )
     return name
+
+
+def topic_ready(admin: AdminClient, name: str, partitions: int) -> bool:
+    """Whether topic ``name`` has ``partitions`` partitions, each with a leader."""
+    topic = admin.list_topics(topic=name, timeout=10).topics.get(name)
+    return (
+        topic is not None
+        and topic.error is None
+        and len(topic.partitions) == partitions
+        and all(p.leader >= 0 for p in topic.partitions.values())
+    )
 
 
 def delete_topics(admin: AdminClient, names: Sequence[str], timeout: float = 30.0) -> None:

@@ -97,15 +97,8 @@ def run_job(
     script: str, env: Mapping[str, str], *args: str, timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:
     """Run ``jobs/<script>`` (a Spark job) to completion with ``env``."""
-    return subprocess.run(
-        [sys.executable, str(PROJECT_ROOT / "jobs" / script), *args],
-        env=dict(env),
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    argv = [sys.executable, str(PROJECT_ROOT / "jobs" / script), *args]
+    return cli_runner.run_python(argv, env, cwd=PROJECT_ROOT, timeout=timeout)
 
 
 def start_relay(

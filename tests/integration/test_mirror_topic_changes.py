@@ -13,6 +13,7 @@ from confluent_kafka import KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewPartitions, NewTopic
 
+from relay.devenv.topics import topic_ready
 from relay.postgres import migrations
 from relay.runtime.secrets import Secret
 from tests.integration import support
@@ -56,23 +57,13 @@ def recreate(admin: AdminClient, topic: str, partitions: int) -> str:
     wait_until(created, 60, f"topic {topic} to be created again")
     # The metadata may not name the new topic yet right after its creation: ask again.
     wait_until(
-        lambda: topic_id(admin, topic) not in (None, old) and _leaders(admin, topic, partitions),
+        lambda: topic_id(admin, topic) not in (None, old) and topic_ready(admin, topic, partitions),
         60,
         "leaders",
     )
     new = topic_id(admin, topic)
     assert new is not None and new != old
     return new
-
-
-def _leaders(admin: AdminClient, topic: str, partitions: int) -> bool:
-    found = admin.list_topics(topic=topic, timeout=10).topics.get(topic)
-    return (
-        found is not None
-        and found.error is None
-        and len(found.partitions) == partitions
-        and all(p.leader >= 0 for p in found.partitions.values())
-    )
 
 
 def stored_ids(env: MirrorEnv) -> list[tuple[object, ...]]:
@@ -201,7 +192,7 @@ def test_offsets_stored_before_topic_ids_adopt_the_topic_they_continue(
 
 def _grow(admin: AdminClient, topic: str, partitions: int) -> None:
     admin.create_partitions([NewPartitions(topic, partitions)])[topic].result(timeout=60)
-    wait_until(lambda: _leaders(admin, topic, partitions), 60, f"{topic} to grow")
+    wait_until(lambda: topic_ready(admin, topic, partitions), 60, f"{topic} to grow")
 
 
 def test_partitions_added_under_a_table_versioned_by_offsets_are_refused(
