@@ -92,10 +92,17 @@ def _mirror(args: argparse.Namespace) -> int:
 
 def describe_summary(summary: MirrorSummary) -> str:
     conflicts = summary.total("conflicts")
+    tombstones = summary.total("skipped_tombstones")
     lines = [
         f"mirrored {summary.total('applied')} records, dead-lettered "
         f"{summary.total('dead_lettered')}, skipped {summary.total('skipped')} "
-        "(other event types)" + (f", {conflicts} offset conflicts" if conflicts else "")
+        "(other event types)"
+        + (
+            f", {tombstones} tombstone{'' if tombstones == 1 else 's'} skipped"
+            if tombstones
+            else ""
+        )
+        + (f", {conflicts} offset conflicts" if conflicts else "")
     ]
     for p in summary.partitions:
         offset = "-" if p.next_offset is None else str(p.next_offset)

@@ -16,8 +16,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka import KafkaError as LibKafkaError
 
 from relay.errors import ConfigurationError, KafkaError, OffsetOutOfRangeError
@@ -116,7 +123,13 @@ class KafkaRecordStream:
         err = msg.error()
         if err is None and topic is not None and partition is not None and offset is not None:
             return KafkaRecord(
-                topic, partition, offset, msg.key(), msg.value(), _headers(msg.headers())
+                topic,
+                partition,
+                offset,
+                msg.key(),
+                msg.value(),
+                _headers(msg.headers()),
+                _timestamp(msg.timestamp()),
             )
         if err is None:
             return None
@@ -171,3 +184,11 @@ class KafkaRecordStream:
             self._consumer.close()
         except (KafkaException, RuntimeError) as exc:
             log.debug("closing the consumer: %s", exc)
+
+
+def _timestamp(found: tuple[int, int]) -> datetime | None:
+    """The record's Kafka timestamp (CreateTime or LogAppendTime) in UTC."""
+    kind, milliseconds = found
+    if kind == TIMESTAMP_NOT_AVAILABLE or milliseconds < 0:
+        return None
+    return datetime.fromtimestamp(milliseconds / 1000, UTC)

@@ -15,6 +15,7 @@ duplicate Spark task can neither skip nor apply a record twice (I4, docs/invaria
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from relay.mirroring.decode import decode
 from relay.mirroring.ports import MirrorStore
@@ -60,4 +61,9 @@ class Applier:
             batch, before_commit=lambda: self._failpoints.hit("mirror_after_apply", partition)
         )
         self._failpoints.hit("mirror_after_commit", partition)
-        return result
+        skipped = tuple(
+            (item.record.offset, item.skipped_tombstone)
+            for item in batch.items
+            if item.skipped_tombstone is not None
+        )
+        return replace(result, skipped_tombstones=skipped) if skipped else result

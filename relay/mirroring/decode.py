@@ -17,8 +17,8 @@ from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
 
 from relay.errors import DecodeError
-from relay.mirroring.mapping import TableMapping
 from relay.mirroring.types import (
+    Append,
     ColumnKind,
     Decoded,
     Delete,
@@ -34,30 +34,46 @@ _MISSING = object()
 
 
 def decode(record: KafkaRecord, tables: Sequence[ResolvedTable]) -> Decoded:
+    """The record's operations on every table that takes it (see the module doc).
+
+    A table with an ``event_types`` filter takes the records whose ``event-type`` header
+    it lists. A tombstone without that header deletes (closes) the key in every table of
+    its topic whose key mapping accepts the key; one whose event type a table does not
+    list is skipped there and reported (``Decoded.skipped_tombstone``), never silently."""
     ops: list[Op] = []
     errors: list[str] = []
+    skipped: list[str] = []
     value: object = _MISSING
+    tombstone = record.value is None
+    event_type = _event_type(record)
     for table in tables:
-        if not _takes_event(table.mapping, record):
-            continue
+        listed = table.mapping.event_types
+        key: dict[str, object] | None = None
+        if listed is not None and event_type not in listed:
+            if not tombstone:
+                continue
+            if event_type is not None:
+                skipped.append(f"event type {event_type!r} is not listed for {table.table}")
+                continue
+            try:  # no event type: a delete for every table whose key mapping accepts it
+                key = _key_columns(record, table)
+            except DecodeError as exc:
+                skipped.append(f"{table.table}: {exc}")
+                continue
         try:
             if record.value is not None and value is _MISSING:
                 value = _parse_value(record.value)
-            ops.append(_operation(record, table, value))
+            ops.append(_operation(record, table, value, key))
         except DecodeError as exc:
             errors.append(f"{table.table}: {exc}")
     if errors:
         return Decoded(record, error="; ".join(errors))
-    return Decoded(record, tuple(ops))
+    return Decoded(record, tuple(ops), skipped_tombstone="; ".join(skipped) or None)
 
 
-def _takes_event(mapping: TableMapping, record: KafkaRecord) -> bool:
-    if mapping.event_types is None:
-        return True
+def _event_type(record: KafkaRecord) -> str | None:
     raw = record.header(EVENT_TYPE_HEADER)
-    if raw is None:
-        return False
-    return raw.decode("utf-8", "replace") in mapping.event_types
+    return None if raw is None else raw.decode("utf-8", "replace")
 
 
 def _parse_value(raw: bytes) -> object:
@@ -70,12 +86,21 @@ def _parse_value(raw: bytes) -> object:
     return value
 
 
-def _operation(record: KafkaRecord, table: ResolvedTable, value: object) -> Op:
+def _operation(
+    record: KafkaRecord, table: ResolvedTable, value: object, key: dict[str, object] | None
+) -> Op:
     mapping = table.mapping
-    key = _key_columns(record, table)
+    if key is None:
+        key = _key_columns(record, table)
+    mode = mapping.history.mode
+    if mode == "scd2" and record.timestamp is None:
+        raise DecodeError("record has no Kafka timestamp (history scd2 needs it)")
     if record.value is None:
         version = None if mapping.version.kind == "field" else _version(record, table, None)
-        return Delete(mapping.table, key, version)
+        if mode == "changelog":
+            row = {**key, **dict.fromkeys(c for c, _ in mapping.columns)}
+            return Append(mapping.table, _history_row(record, table, row, version, "delete"))
+        return Delete(mapping.table, key, version, record.timestamp if mode == "scd2" else None)
     if not isinstance(value, dict):  # parsed by the caller
         raise DecodeError("value is not a JSON object")
     row = dict(key)
@@ -84,8 +109,41 @@ def _operation(record: KafkaRecord, table: ResolvedTable, value: object) -> Op:
         if found is _MISSING:
             raise DecodeError(f"missing field {path!r} (column {column})")
         row[column] = from_json(table.kind(column), found, f"field {path!r}")
-    row[mapping.version.column] = _version(record, table, value)
+    row = _history_row(record, table, row, _version(record, table, value), "upsert")
+    if mode == "changelog":
+        return Append(mapping.table, row)
     return Upsert(mapping.table, row)
+
+
+def _history_row(
+    record: KafkaRecord, table: ResolvedTable, row: dict[str, object], version: int | None, op: str
+) -> dict[str, object]:
+    """``row`` with its version, its history mode's columns the record fills (the store
+    fills valid_to, is_current and applied_at) and its metadata columns."""
+    mapping = table.mapping
+    row[mapping.version.column] = version
+    history = mapping.history
+    if history.mode == "scd2":
+        row[history.valid_from] = _moment(record.timestamp, table.kind(history.valid_from))
+    elif history.mode == "changelog":
+        row[history.op] = op
+    for column, what in mapping.metadata:
+        if what == "kafka_timestamp":
+            row[column] = _moment(record.timestamp, table.kind(column))
+        elif what == "topic":
+            row[column] = record.topic
+        elif what == "partition":
+            row[column] = record.partition
+        elif what == "offset":
+            row[column] = record.offset
+    return row
+
+
+def _moment(timestamp: datetime | None, kind: ColumnKind) -> datetime | None:
+    """A UTC timestamp for a timestamptz column, or as naive UTC for a timestamp one."""
+    if timestamp is None or kind is not ColumnKind.TIMESTAMP:
+        return timestamp
+    return timestamp.astimezone(UTC).replace(tzinfo=None)
 
 
 def _key_columns(record: KafkaRecord, table: ResolvedTable) -> dict[str, object]:

@@ -307,6 +307,7 @@ class MirrorLoop:
         stats.applied += result.applied
         stats.skipped += result.skipped
         stats.dead_lettered += len(result.dead_letters)
+        stats.skipped_tombstones += len(result.skipped_tombstones)
         stats.next_offset = next_offset
         self._observer.applied(tp, result.applied, len(result.dead_letters), next_offset)
         log_batch(log, tp, result, next_offset)

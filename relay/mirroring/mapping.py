@@ -9,6 +9,7 @@
     key = { pattern = '^order-(?P<id>[0-9]+)$' }    # or { column = "order_key" }
                                                     # or { fields = { tenant = "tenant" } }
     version = { column = "source_seq", source = "header:outbox-seq" }
+    history = "scd2"                         # optional: or "changelog" (relay.mirroring.history)
     [tables.columns]                         # table column = field of the JSON value
     customer = "customer"
     city = "address.city"                    # a dotted path reaches into nested objects
@@ -19,20 +20,34 @@ mapping against the database (tables, columns, unique keys, types) at start-up.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
 from relay.errors import ConfigurationError
+from relay.mirroring.history import HistoryMapping, MetadataField, parse_history, parse_metadata
 
 VersionKind = Literal["header", "offset", "field"]
 
 DEFAULT_VERSION_SOURCE = "header:outbox-seq"
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-_TABLE_KEYS = frozenset({"table", "topics", "key", "columns", "version", "event_types"})
+_TABLE_KEYS = frozenset(
+    {
+        "table",
+        "topics",
+        "key",
+        "columns",
+        "version",
+        "event_types",
+        "history",
+        "history_columns",
+        "metadata",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +87,8 @@ class TableMapping:
     columns: tuple[tuple[str, str], ...]  # (table column, JSON field path)
     version: VersionMapping
     event_types: frozenset[str] | None = None
+    history: HistoryMapping = dataclasses.field(default_factory=HistoryMapping)
+    metadata: tuple[tuple[str, MetadataField], ...] = ()  # (table column, what it holds)
 
     @property
     def schema(self) -> str | None:
@@ -84,7 +101,13 @@ class TableMapping:
 
     @property
     def all_columns(self) -> tuple[str, ...]:
-        return (*self.key.columns, *(c for c, _ in self.columns), self.version.column)
+        return (
+            *self.key.columns,
+            *(c for c, _ in self.columns),
+            self.version.column,
+            *(c for c, _ in self.history.columns),
+            *(c for c, _ in self.metadata),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,11 +134,7 @@ class MirrorMapping:
         for table in self.tables:
             own = tuple(t for t in table.topics if t in topics)
             if own:
-                kept.append(
-                    TableMapping(
-                        table.table, own, table.key, table.columns, table.version, table.event_types
-                    )
-                )
+                kept.append(replace(table, topics=own))
         return MirrorMapping(tuple(kept), self.source)
 
 
@@ -177,8 +196,15 @@ def _table(raw: object, where: str) -> TableMapping:
     event_types = None
     if "event_types" in raw:
         event_types = frozenset(_string_list(raw["event_types"], f"{where}: event_types"))
-    table = TableMapping(name, tuple(topics), key, columns, version, event_types)
+    history = parse_history(raw.get("history"), raw.get("history_columns"), where)
+    metadata = parse_metadata(raw.get("metadata"), where)
+    table = TableMapping(name, tuple(topics), key, columns, version, event_types, history, metadata)
     _check_columns_distinct(table, where)
+    if history.mode != "current" and version.kind == "field":
+        raise ConfigurationError(
+            f"{where}: history {history.mode} needs a version every record carries, "
+            "tombstones included (header:NAME or offset), not field:NAME"
+        )
     if version.kind == "offset" and len(topics) > 1:
         raise ConfigurationError(
             f"{where}: version source 'offset' needs a single topic (offsets of different "
@@ -275,6 +301,8 @@ def _check_columns_distinct(table: TableMapping, where: str) -> None:
         *((c, "key") for c in table.key.columns),
         *((c, "value") for c, _ in table.columns),
         (table.version.column, "version"),
+        *((c, role) for c, role in table.history.columns),
+        *((c, "metadata") for c, _ in table.metadata),
     ]
     for column, role in roles:
         if column in seen:

@@ -25,6 +25,17 @@ def log_batch(
             more,
             result.dead_letters[0].error,
         )
+    if result.skipped_tombstones:
+        count = len(result.skipped_tombstones)
+        shown = "; ".join(f"offset {o}: {why}" for o, why in result.skipped_tombstones[:5])
+        log.warning(
+            "%s: %d tombstone%s skipped (%s%s)",
+            tp_text(tp),
+            count,
+            "" if count == 1 else "s",
+            shown,
+            "" if count <= 5 else "; ...",
+        )
     log.debug(
         "%s: applied %d, skipped %d, next offset %d",
         tp_text(tp),

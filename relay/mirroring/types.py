@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from relay.mirroring.mapping import TableMapping
 from relay.runtime.summary import RunSummary
@@ -23,6 +24,7 @@ class KafkaRecord:
     key: bytes | None
     value: bytes | None
     headers: RecordHeaders = ()
+    timestamp: datetime | None = None  # the Kafka timestamp (UTC); None: not available
 
     def header(self, name: str) -> bytes | None:
         """The last value of header ``name`` (None when absent or null)."""
@@ -105,14 +107,24 @@ class Upsert:
 @dataclass(frozen=True, slots=True)
 class Delete:
     """Delete the row with this key if its version is at most ``version``
-    (unconditionally when ``version`` is None)."""
+    (unconditionally when ``version`` is None); in an scd2 table, close the key's current
+    version at ``at`` instead."""
 
     table: str
     key: Mapping[str, object]
     version: int | None
+    at: datetime | None = None
 
 
-Op = Upsert | Delete
+@dataclass(frozen=True, slots=True)
+class Append:
+    """Insert the row unless one with the same unique key exists (a changelog's row)."""
+
+    table: str
+    row: Mapping[str, object]
+
+
+Op = Upsert | Delete | Append
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +135,8 @@ class Decoded:
     record: KafkaRecord
     ops: tuple[Op, ...] = ()
     error: str | None = None
+    skipped_tombstone: str | None = None
+    """Why a tombstone was not applied to (some of) its tables: never silent."""
 
     @property
     def skipped(self) -> bool:
@@ -163,6 +177,7 @@ class ApplyResult:
     applied: int
     skipped: int
     dead_letters: tuple[DeadLetter, ...] = ()
+    skipped_tombstones: tuple[tuple[int, str], ...] = ()  # (offset, why)
 
 
 @dataclass(slots=True)
@@ -175,6 +190,7 @@ class PartitionStats:
     skipped: int = 0
     dead_lettered: int = 0
     conflicts: int = 0
+    skipped_tombstones: int = 0
     next_offset: int | None = None
 
 

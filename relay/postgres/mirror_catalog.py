@@ -93,12 +93,7 @@ def _resolve(
         raise ConfigurationError(
             f"{where} has no column {missing[0]} (columns: {', '.join(table.c.keys())})"
         )
-    key = frozenset(mapping.key.columns)
-    if key not in unique_sets:
-        raise ConfigurationError(
-            f"{where} needs a primary key or unique constraint on exactly its key columns "
-            f"({', '.join(mapping.key.columns)}) for version-guarded upserts"
-        )
+    _check_unique(mapping, unique_sets, where)
     kinds = {column: column_kind(table.c[column].type) for column in mapping.all_columns}
     version_kind = kinds[mapping.version.column]
     if version_kind is not ColumnKind.INTEGER:
@@ -109,4 +104,70 @@ def _resolve(
     for column in mapping.key.columns:
         if kinds[column] is ColumnKind.JSON:
             raise ConfigurationError(f"{where}: key column {column} cannot be json/jsonb")
+    _check_history_kinds(mapping, table, kinds, where)
+    if mapping.history.mode == "changelog":
+        for column, _ in mapping.columns:
+            if not table.c[column].nullable:
+                raise ConfigurationError(
+                    f"{where}: column {column} must allow NULL (a delete's row has no value)"
+                )
     return ResolvedTable(mapping, kinds)
+
+
+def _check_unique(mapping: TableMapping, unique_sets: list[frozenset[str]], where: str) -> None:
+    key = frozenset(mapping.key.columns)
+    mode = mapping.history.mode
+    if mode == "current":
+        if key not in unique_sets:
+            raise ConfigurationError(
+                f"{where} needs a primary key or unique constraint on exactly its key columns "
+                f"({', '.join(mapping.key.columns)}) for version-guarded upserts"
+            )
+        return
+    shown = ", ".join(mapping.key.columns)
+    if key in unique_sets:
+        raise ConfigurationError(
+            f"{where} keeps one row per version: its key columns ({shown}) cannot be unique "
+            "alone (make the key columns and the version column unique together)"
+        )
+    with_version = key | {mapping.version.column}
+    where_from = {what: column for column, what in mapping.metadata}
+    record = frozenset(where_from.get(w, "") for w in ("topic", "partition", "offset"))
+    if with_version in unique_sets or (mode == "changelog" and record in unique_sets):
+        return
+    also = ", or on its topic, partition and offset metadata columns"
+    raise ConfigurationError(
+        f"{where} needs a unique constraint on ({shown}, {mapping.version.column}) for "
+        f"history mode {mode}{also if mode == 'changelog' else ''}: applying a record again "
+        "must change nothing"
+    )
+
+
+_TIME = (ColumnKind.TIMESTAMPTZ, ColumnKind.TIMESTAMP)
+_METADATA_KINDS: dict[str, tuple[tuple[ColumnKind, ...], str]] = {
+    "kafka_timestamp": (_TIME, "timestamptz or timestamp"),
+    "applied_at": (_TIME, "timestamptz or timestamp"),
+    "topic": ((ColumnKind.TEXT,), "text"),
+    "partition": ((ColumnKind.INTEGER,), "an integer"),
+    "offset": ((ColumnKind.INTEGER,), "an integer (bigint)"),
+    "valid_from": (_TIME, "timestamptz or timestamp"),
+    "valid_to": (_TIME, "timestamptz or timestamp"),
+    "is_current": ((ColumnKind.BOOLEAN,), "boolean"),
+    "op": ((ColumnKind.TEXT,), "text"),
+}
+
+
+def _check_history_kinds(
+    mapping: TableMapping, table: sa.Table, kinds: dict[str, ColumnKind], where: str
+) -> None:
+    """The history mode's and the metadata columns' types."""
+    checked = [
+        *((column, role, f"{role} column {column}") for column, role in mapping.history.columns),
+        *((c, what, f"metadata column {c} ({what})") for c, what in mapping.metadata),
+    ]
+    for column, role, shown in checked:
+        allowed, needed = _METADATA_KINDS[role]
+        if kinds[column] not in allowed:
+            raise ConfigurationError(
+                f"{where}: {shown} must be {needed}, not {table.c[column].type}"
+            )

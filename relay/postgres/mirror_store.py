@@ -5,7 +5,7 @@ One batch is one transaction::
     UPDATE mirror_offsets SET next_offset = :next, topic_id = :id, topic_partitions = :n
     WHERE ... AND next_offset = :expected AND (topic_id IS NULL OR topic_id = :id)
     (or INSERT ... ON CONFLICT DO NOTHING for a partition's first batch; 0 rows: conflict)
-    SAVEPOINT; upserts and deletes in record order; on a constraint or data error:
+    SAVEPOINT; row operations in record order (mirror_statements); on a constraint or data error:
         ROLLBACK TO SAVEPOINT, then one SAVEPOINT per record, dead-lettering the failures
     INSERT INTO mirror_dead_letters ...
     COMMIT
@@ -17,7 +17,7 @@ second one waits, then finds the offset moved and rolls back without writing a r
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import groupby
 from typing import Literal
 
@@ -28,10 +28,10 @@ from sqlalchemy.exc import DBAPIError
 
 from relay.errors import MirrorOffsetConflict, RecordMayHealError
 from relay.mirroring.types import (
+    Append,
     ApplyResult,
     Batch,
     DeadLetter,
-    Delete,
     Op,
     ResolvedTable,
     StoredOffset,
@@ -40,6 +40,7 @@ from relay.mirroring.types import (
     Upsert,
 )
 from relay.postgres.engine import Database, driver_message
+from relay.postgres.mirror_statements import TableStatements
 from relay.postgres.schema import mirror_dead_letters, mirror_offsets
 from relay.runtime.secrets import mask_text
 
@@ -73,34 +74,6 @@ _INSERT_DEAD = postgresql.insert(mirror_dead_letters).on_conflict_do_nothing(
 )
 
 
-class _TableStatements:
-    def __init__(self, resolved: ResolvedTable, table: sa.Table) -> None:
-        mapping = resolved.mapping
-        for column in table.c:  # a JSON null field becomes SQL NULL, not JSON 'null'
-            if isinstance(column.type, postgresql.JSONB):
-                column.type = postgresql.JSONB(none_as_null=True)
-            elif isinstance(column.type, sa.JSON):
-                column.type = postgresql.JSON(none_as_null=True)
-        version = table.c[mapping.version.column]
-        insert = postgresql.insert(table)
-        updated = [c for c, _ in mapping.columns] + [mapping.version.column]
-        self.upsert = insert.on_conflict_do_update(
-            index_elements=[table.c[k] for k in mapping.key.columns],
-            set_={c: insert.excluded[c] for c in updated},
-            where=version < insert.excluded[mapping.version.column],
-        )
-        self.key_columns = mapping.key.columns
-        match_key = [table.c[k] == sa.bindparam(f"key_{i}") for i, k in enumerate(self.key_columns)]
-        self.delete = sa.delete(table).where(*match_key)
-        self.delete_guarded = sa.delete(table).where(*match_key, version <= sa.bindparam("version"))
-
-    def delete_params(self, op: Delete) -> dict[str, object]:
-        params = {f"key_{i}": op.key[k] for i, k in enumerate(self.key_columns)}
-        if op.version is not None:
-            params["version"] = op.version
-        return params
-
-
 class PostgresMirrorStore:
     """Implements :class:`relay.mirroring.ports.MirrorStore` for one consumer group."""
 
@@ -113,7 +86,7 @@ class PostgresMirrorStore:
     ) -> None:
         self._database = database
         self._group = group
-        self._statements = {t.table: _TableStatements(t, reflected[t.table]) for t in tables}
+        self._statements = {t.table: TableStatements(t, reflected[t.table]) for t in tables}
 
     def stored_offsets(
         self, partitions: Sequence[TopicPartitionKey]
@@ -203,14 +176,8 @@ class PostgresMirrorStore:
     def run_operations(self, conn: Connection, ops: Sequence[Op]) -> None:
         """Consecutive operations of one kind on one table go as one executemany, in
         record order (psycopg pipelines them); a key may repeat within a run."""
-        for (kind, table, guarded), run in groupby(ops, key=_run_key):
-            statements = self._statements[table]
-            group = list(run)
-            if kind == "upsert":
-                conn.execute(statements.upsert, [op.row for op in _upserts(group)])
-            else:
-                params = [statements.delete_params(op) for op in _deletes(group)]
-                conn.execute(statements.delete_guarded if guarded else statements.delete, params)
+        for (_, table, guarded), run in groupby(ops, key=_run_key):
+            self._statements[table].run(conn, list(run), guarded)
 
     def _dead_row(self, dead: DeadLetter) -> dict[str, object]:
         record = dead.record
@@ -281,15 +248,9 @@ def tables_with_rows(database: Database, tables: Mapping[str, sa.Table]) -> list
 def _run_key(op: Op) -> tuple[str, str, bool]:
     if isinstance(op, Upsert):
         return ("upsert", op.table, False)
+    if isinstance(op, Append):
+        return ("append", op.table, False)
     return ("delete", op.table, op.version is not None)
-
-
-def _upserts(ops: Sequence[Op]) -> Iterator[Upsert]:
-    return (op for op in ops if isinstance(op, Upsert))
-
-
-def _deletes(ops: Sequence[Op]) -> Iterator[Delete]:
-    return (op for op in ops if isinstance(op, Delete))
 
 
 # Errors about one record that trying the same record again can cure: a foreign key whose

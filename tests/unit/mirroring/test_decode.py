@@ -12,7 +12,7 @@ import pytest
 from relay.errors import DecodeError
 from relay.mirroring.decode import decode, from_json, from_text
 from relay.mirroring.mapping import parse_mapping
-from relay.mirroring.types import ColumnKind, Delete, KafkaRecord, ResolvedTable, Upsert
+from relay.mirroring.types import Append, ColumnKind, Delete, KafkaRecord, ResolvedTable, Upsert
 
 K = ColumnKind
 
@@ -188,3 +188,68 @@ def test_key_text_conversions() -> None:
     assert from_text(K.TEXT, "x", "key") == "x"
     with pytest.raises(DecodeError, match="is not an integer"):
         from_text(K.INTEGER, "1e3", "key")
+
+
+FILTERED = table(
+    {
+        "key": {"pattern": r"order-(?P<id>[0-9]+)"},
+        "version": {"column": "seq"},
+        "event_types": ["OrderPlaced"],
+    },
+    {"id": K.INTEGER, "seq": K.INTEGER},
+)
+
+
+def test_a_tombstone_without_event_type_deletes_in_every_table_whose_key_fits() -> None:
+    decoded = decode(rec(b"order-3", None, SEQ), [FILTERED])
+    assert decoded.ops == (Delete("t", {"id": 3}, 42),)
+    assert decoded.skipped_tombstone is None
+    other = decode(rec(b"customer-3", None, SEQ), [FILTERED])  # not this table's key
+    assert other.ops == () and other.error is None
+    assert other.skipped_tombstone == "t: key 'customer-3' does not match 'order-(?P<id>[0-9]+)'"
+
+
+def test_a_tombstone_of_an_unlisted_event_type_is_skipped_and_said_so() -> None:
+    decoded = decode(rec(b"order-3", None, ("event-type", b"Viewed"), SEQ), [FILTERED])
+    assert decoded.skipped and decoded.ops == ()
+    assert decoded.skipped_tombstone == "event type 'Viewed' is not listed for t"
+    # A record with a value of another event type is skipped as before, nothing to say.
+    assert decode(rec(b"order-3", ORDER, SEQ), [FILTERED]).skipped_tombstone is None
+
+
+MOMENT = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def timed(value: object, offset: int = 7) -> KafkaRecord:
+    raw = None if value is None else json.dumps(value).encode()
+    return KafkaRecord("topic", 2, offset, b"5", raw, (SEQ,), MOMENT)
+
+
+def test_history_modes_and_metadata_columns() -> None:
+    base = {"key": {"column": "id"}, "version": {"column": "seq"}, "columns": {"n": "n"}}
+    meta = {"ts": "kafka_timestamp", "tp": "topic", "pn": "partition", "at": "applied_at"}
+    kinds = {"id": K.INTEGER, "n": K.INTEGER, "seq": K.INTEGER, "ts": K.TIMESTAMP}
+    scd2 = table(
+        base | {"history": "scd2", "metadata": meta}, kinds | {"valid_from": K.TIMESTAMPTZ}
+    )
+    naive = MOMENT.replace(tzinfo=None)
+    assert decode(timed({"n": 1}), [scd2]).ops == (
+        Upsert(
+            "t",
+            {"id": 5, "n": 1, "seq": 42, "valid_from": MOMENT, "ts": naive, "tp": "topic", "pn": 2},
+        ),
+    )
+    assert decode(timed(None), [scd2]).ops == (Delete("t", {"id": 5}, 42, MOMENT),)
+    untimed = KafkaRecord("topic", 2, 7, b"5", b'{"n": 1}', (SEQ,))
+    assert "has no Kafka timestamp" in str(decode(untimed, [scd2]).error)
+    changelog = table(
+        base
+        | {"history": "changelog", "history_columns": {"op": "kind"}, "metadata": {"o": "offset"}},
+        {"id": K.INTEGER, "n": K.INTEGER, "seq": K.INTEGER},
+    )
+    assert decode(timed({"n": 1}, 9), [changelog]).ops == (
+        Append("t", {"id": 5, "n": 1, "seq": 42, "kind": "upsert", "o": 9}),
+    )
+    assert decode(timed(None, 10), [changelog]).ops == (
+        Append("t", {"id": 5, "n": None, "seq": 42, "kind": "delete", "o": 10}),
+    )

@@ -87,6 +87,20 @@ def test_parses_all_three_key_forms_and_version_sources() -> None:
         (one({"columns": {"seq": "s"}}), "column seq is mapped twice (as value and version"),
         (one({"columns": {"c": ""}}), "c must name a JSON field"),
         (one({"event_types": "OrderPlaced"}), "event_types: expected a non-empty list"),
+        (one({"history": "scd3"}), "history must be one of current, scd2, changelog, got 'scd3'"),
+        (
+            one({"history": "changelog", "history_columns": {"valid_to": "x"}}),
+            "'valid_to' is not a column of history mode changelog (its columns: op)",
+        ),
+        (one({"metadata": {"m": "timestamp"}}), "metadata: m = 'timestamp' is not one of"),
+        (
+            one({"history": "scd2", "version": {"column": "seq", "source": "field:v"}}),
+            "history scd2 needs a version every record carries",
+        ),
+        (
+            one({"history": "scd2", "metadata": {"valid_to": "offset"}}),
+            "column valid_to is mapped twice (as valid_to and metadata column)",
+        ),
     ],
 )
 def test_mistakes_are_one_clear_line(document: dict[str, object], message: str) -> None:
@@ -119,3 +133,17 @@ def test_files(tmp_path: Path) -> None:
 def test_the_shipped_example_is_valid() -> None:
     mapping = load_mapping(EXAMPLE)
     assert [t.table for t in mapping.tables] == ["orders_mirror"]
+
+
+def test_history_and_metadata_columns() -> None:
+    document = one(
+        {
+            "history": "scd2",
+            "history_columns": {"valid_from": "since", "is_current": "now"},
+            "metadata": {"ts": "kafka_timestamp", "at": "applied_at"},
+        }
+    )
+    (table,) = parse_mapping(document).tables
+    assert table.history.mode == "scd2"
+    assert table.all_columns == ("id", "seq", "since", "valid_to", "now", "ts", "at")
+    assert parse_mapping(one({})).tables[0].history.mode == "current"
