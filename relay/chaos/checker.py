@@ -13,7 +13,10 @@ table. Every count is a number of Kafka records (or of mirrored rows):
 * ``aborted_visible``: records whose event id is not in the ledger (a rolled-back or
   never-committed transaction became visible), or that cannot be decoded at all;
 * ``corrupted``: records of a ledger event whose key, version or balance differ from it;
-* ``mirror_mismatch``: keys whose mirrored row is missing, extra or different.
+* ``mirror_mismatch``: keys whose mirrored row is missing, extra or different;
+* ``history_mismatch``: keys whose rows in the history-mode (scd2) table are not the
+  sequence of versions the source committed: every version once, in commit order, each
+  valid until the next one's start, only the last one current.
 
 When the run replicates the topic to a second cluster, the replica's counts
 (:mod:`relay.chaos.replica_checker`) join these as ``replica_<kind>``.
@@ -22,8 +25,10 @@ When the run replicates the topic to a second cluster, the replica's counts
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
+from itertools import pairwise
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -49,6 +54,22 @@ class AccountRow:
     balance: int
 
 
+_AFTER_MIRROR = ("history_", "replica_")  # the counts the summary shows after the mirror's
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRow:
+    """One version of an account in the history-mode (scd2) mirror table."""
+
+    key: str
+    seq: int  # the table's version column: the record's outbox seq
+    version: int
+    balance: int
+    valid_from: datetime
+    valid_to: datetime | None
+    is_current: bool
+
+
 @dataclass(frozen=True, slots=True)
 class CheckResult:
     events: int
@@ -60,6 +81,8 @@ class CheckResult:
     corrupted: int = 0
     mirror_mismatch: int | None = None  # None: the mirror was not checked
     mirror_rows: int = 0
+    history_mismatch: int | None = None  # None: the history table was not checked
+    history_rows: int = 0
     replica: ReplicaCheck | None = None  # None: no replica was checked
     examples: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
@@ -74,6 +97,8 @@ class CheckResult:
         }
         if self.mirror_mismatch is not None:
             counts["mirror_mismatch"] = self.mirror_mismatch
+        if self.history_mismatch is not None:
+            counts["history_mismatch"] = self.history_mismatch
         if self.replica is not None:
             counts.update(self.replica.anomalies)
         return counts
@@ -85,7 +110,7 @@ class CheckResult:
     def summary_line(self) -> str:
         shown: dict[str, object] = {**self.anomalies}
         if self.mirror_mismatch is None:  # after the topic's counts, before the replica's
-            events = {k: shown.pop(k) for k in list(shown) if not k.startswith("replica_")}
+            events = {k: shown.pop(k) for k in list(shown) if not k.startswith(_AFTER_MIRROR)}
             shown = {**events, "mirror_mismatch": "skipped", **shown}
         counts = " ".join(f"{name}={value}" for name, value in shown.items())
         verdict = "OK" if self.ok else "FAILED"
@@ -96,6 +121,12 @@ class CheckResult:
         if examples:
             merged["mirror_mismatch"] = examples
         return replace(self, mirror_mismatch=mismatch, mirror_rows=rows, examples=merged)
+
+    def with_history(self, mismatch: int, rows: int, examples: tuple[str, ...]) -> CheckResult:
+        merged = dict(self.examples)
+        if examples:
+            merged["history_mismatch"] = examples
+        return replace(self, history_mismatch=mismatch, history_rows=rows, examples=merged)
 
     def with_replica(self, replica: ReplicaCheck) -> CheckResult:
         return replace(self, replica=replica, examples={**self.examples, **replica.examples})
@@ -208,3 +239,48 @@ def compare_mirror(
             mismatched += 1
             examples.add("mirror", f"key {key}: source {want}, mirror {got}")
     return mismatched, tuple(examples.found.get("mirror", ()))
+
+
+def compare_history(
+    ledger: Iterable[LedgerEntry], rows: Iterable[HistoryRow]
+) -> tuple[int, tuple[str, ...]]:
+    """How many keys' versions in the history table differ from the sequence of versions
+    the source committed (the ledger, in version order), with examples."""
+    committed: dict[str, list[tuple[int, int]]] = {}
+    for entry in sorted(ledger, key=lambda e: (e.key, e.version)):
+        committed.setdefault(entry.key, []).append((entry.version, entry.balance))
+    kept: dict[str, list[HistoryRow]] = {}
+    for row in sorted(rows, key=lambda r: (r.key, r.seq)):
+        kept.setdefault(row.key, []).append(row)
+    examples = _Examples()
+    mismatched = 0
+    for key in sorted(set(committed) | set(kept)):
+        problem = _history_problem(committed.get(key, []), kept.get(key, []))
+        if problem is not None:
+            mismatched += 1
+            examples.add("history", f"key {key}: {problem}")
+    return mismatched, tuple(examples.found.get("history", ()))
+
+
+def _history_problem(want: Sequence[tuple[int, int]], got: Sequence[HistoryRow]) -> str | None:
+    versions = [(r.version, r.balance) for r in got]
+    if versions != list(want):
+        first = next(
+            (i for i, (w, g) in enumerate(zip(want, versions, strict=False)) if w != g),
+            min(len(want), len(versions)),
+        )
+        shown = "none" if first >= len(versions) else f"(version, balance) {versions[first]}"
+        needed = "none" if first >= len(want) else str(want[first])
+        return (
+            f"{len(versions)} versions kept, {len(want)} committed; "
+            f"at #{first + 1}: kept {shown}, committed {needed}"
+        )
+    for before, after in pairwise(got):
+        if before.is_current or before.valid_to != after.valid_from:
+            return (
+                f"version {before.version} is_current={before.is_current}, valid_to "
+                f"{before.valid_to}, next version valid from {after.valid_from}"
+            )
+    if got and (not got[-1].is_current or got[-1].valid_to is not None):
+        return f"last version {got[-1].version} is not current (valid_to {got[-1].valid_to})"
+    return None

@@ -25,8 +25,10 @@ from sqlalchemy import Engine, text
 from relay.chaos.checker import (
     AccountRow,
     CheckResult,
+    HistoryRow,
     LedgerEntry,
     compare_events,
+    compare_history,
     compare_mirror,
 )
 from relay.chaos.names import ACCOUNTS, LEDGER
@@ -171,6 +173,18 @@ def read_accounts(engine: Engine, table: str) -> dict[str, AccountRow]:
         return {str(r[0]): AccountRow(str(r[0]), int(r[1]), int(r[2])) for r in rows}
 
 
+def read_history(engine: Engine, table: str) -> list[HistoryRow]:
+    """Every row of a history-shaped (scd2) table."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT key, seq, version, balance, valid_from, valid_to, is_current "
+                f'FROM "{table}"'
+            )
+        )
+        return [HistoryRow(str(r[0]), int(r[1]), int(r[2]), int(r[3]), *r[4:]) for r in rows]
+
+
 def run_check(
     engine: Engine,
     kafka: KafkaAccess,
@@ -179,6 +193,7 @@ def run_check(
     timeout: float = 120.0,
     *,
     replica: ReplicaAccess | None = None,
+    history_table: str | None = None,
 ) -> CheckResult:
     """Read the evidence and compare it (writers, relays and replicators must have
     stopped)."""
@@ -188,6 +203,10 @@ def run_check(
         mirror = read_accounts(engine, mirror_table)
         mismatch, examples = compare_mirror(read_accounts(engine, ACCOUNTS), mirror)
         result = result.with_mirror(mismatch, len(mirror), examples)
+    if history_table is not None:
+        versions = read_history(engine, history_table)
+        mismatch, examples = compare_history(read_ledger(engine), versions)
+        result = result.with_history(mismatch, len(versions), examples)
     if replica is not None:
         copies = read_topic(replica.kafka, replica.topic, timeout)
         result = result.with_replica(
@@ -203,6 +222,7 @@ def check(
     timeout: float = 120.0,
     *,
     replica: ReplicaAccess | None = None,
+    history_table: str | None = None,
 ) -> CheckResult:
     """`relay chaos check`: :func:`run_check` against the servers ``settings`` name."""
     kafka = KafkaAccess(
@@ -211,6 +231,14 @@ def check(
     )
     engine = make_engine(settings.database_url, pool_size=1)
     try:
-        return run_check(engine, kafka, topic, mirror_table, timeout, replica=replica)
+        return run_check(
+            engine,
+            kafka,
+            topic,
+            mirror_table,
+            timeout,
+            replica=replica,
+            history_table=history_table,
+        )
     finally:
         engine.dispose()

@@ -29,7 +29,7 @@ from relay.chaos.config import ChaosConfig
 from relay.chaos.drain import drain
 from relay.chaos.faults import FaultContext, plan_faults
 from relay.chaos.injector import FaultInjector, FaultLog
-from relay.chaos.names import MIRROR, FaultKind
+from relay.chaos.names import HISTORY, MIRROR, FaultKind
 from relay.chaos.processes import Supervisor
 from relay.chaos.report import ChaosReport
 from relay.chaos.workload import Workload
@@ -126,6 +126,7 @@ class ChaosRun:
                 env.topic,
                 MIRROR,
                 replica=replica,
+                history_table=HISTORY,
             )
         finally:
             engine.dispose()

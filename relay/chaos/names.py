@@ -29,4 +29,5 @@ TOPIC = "chaos-accounts"
 ACCOUNTS = "chaos_accounts"
 LEDGER = "chaos_ledger"
 MIRROR = "chaos_accounts_mirror"
+HISTORY = "chaos_accounts_history"  # the same events, every version (history scd2)
 EVENT_TYPE = "AccountChanged"

@@ -16,7 +16,7 @@ from confluent_kafka.cimpl import NewTopic
 from sqlalchemy import Engine, text
 
 from relay.chaos.config import ChaosConfig
-from relay.chaos.names import MIRROR, TOPIC
+from relay.chaos.names import HISTORY, MIRROR, TOPIC
 from relay.chaos.processes import Command, Slot, Supervisor
 from relay.chaos.workload import create_schema
 from relay.devenv.cli_runner import relay_command
@@ -123,13 +123,23 @@ class Environment:
 
 def write_mapping(path: Path, topic: str) -> None:
     path.write_text(
-        "# Written by relay chaos: the workload's events mirrored into the mirror table.\n"
+        "# Written by relay chaos: the workload's events mirrored into the mirror tables.\n"
         "[[tables]]\n"
         f'table = "{MIRROR}"\n'
         f'topics = ["{topic}"]\n'
         'key = { column = "key" }\n'
         'version = { column = "version", source = "field:version" }\n'
         "[tables.columns]\n"
+        'balance = "balance"\n'
+        "\n# Every version of every account, valid from its event time (history scd2).\n"
+        "[[tables]]\n"
+        f'table = "{HISTORY}"\n'
+        f'topics = ["{topic}"]\n'
+        'history = "scd2"\n'
+        'key = { column = "key" }\n'
+        'version = { column = "seq", source = "header:outbox-seq" }\n'
+        "[tables.columns]\n"
+        'version = "version"\n'
         'balance = "balance"\n',
         encoding="utf-8",
     )

@@ -44,6 +44,7 @@ class ChaosReport:
             "ledger": self.result.ledger,
             "anomalies": self.result.anomalies,
             "mirror_checked": self.result.mirror_mismatch is not None,
+            "history_checked": self.result.history_mismatch is not None,
             "replica_checked": replica is not None,
             "replica": None
             if replica is None

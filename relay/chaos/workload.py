@@ -23,7 +23,7 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 import relay
-from relay.chaos.names import ACCOUNTS, EVENT_TYPE, LEDGER, MIRROR
+from relay.chaos.names import ACCOUNTS, EVENT_TYPE, HISTORY, LEDGER, MIRROR
 from relay.runtime.clock import Clock
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,10 @@ _SCHEMA = (
         UNIQUE (key, version))""",
     f"""CREATE TABLE IF NOT EXISTS {MIRROR} (
         key text PRIMARY KEY, version bigint NOT NULL, balance bigint NOT NULL)""",
+    f"""CREATE TABLE IF NOT EXISTS {HISTORY} (
+        key text NOT NULL, seq bigint NOT NULL, version bigint NOT NULL,
+        balance bigint NOT NULL, valid_from timestamptz NOT NULL, valid_to timestamptz,
+        is_current boolean NOT NULL, UNIQUE (key, seq))""",
 )
 _SEED_ACCOUNT = text(
     f"INSERT INTO {ACCOUNTS} (key, version, balance) VALUES (:key, 0, 0) ON CONFLICT DO NOTHING"
@@ -57,7 +61,7 @@ def account_key(n: int) -> str:
 
 
 def create_schema(engine: Engine, keys: int) -> None:
-    """The workload's own tables (accounts, ledger, mirror target) and its accounts."""
+    """The workload's own tables (accounts, ledger, mirror targets) and its accounts."""
     with engine.begin() as conn:
         for statement in _SCHEMA:
             conn.execute(text(statement))

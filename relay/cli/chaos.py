@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from relay.chaos.names import MIRROR, REPLICA_KINDS, TOPIC, FaultKind
+from relay.chaos.names import HISTORY, MIRROR, REPLICA_KINDS, TOPIC, FaultKind
 from relay.cli.signals import interrupt_on_sigterm
 from relay.errors import ChaosError, ConfigurationError, DevEnvError
 from relay.runtime.clock import SystemClock
@@ -125,6 +125,14 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
     )
     env_flag(
         check,
+        "--history-table",
+        env=f"{ENV}HISTORY_TABLE",
+        metavar="TABLE",
+        help=f"compare this history-mode (scd2) table with every version the ledger holds, "
+        f"e.g. {HISTORY} (default: skip)",
+    )
+    env_flag(
+        check,
         "--timeout",
         env=f"{ENV}TIMEOUT_S",
         default=120.0,
@@ -202,7 +210,14 @@ def _cmd_check(args: argparse.Namespace) -> int:
             args.replica_source_alias or None,
         )
     settings = relay_settings_from_args(args)
-    result = check(settings, args.topic, args.mirror_table, args.timeout, replica=replica)
+    result = check(
+        settings,
+        args.topic,
+        args.mirror_table,
+        args.timeout,
+        replica=replica,
+        history_table=args.history_table,
+    )
     for kind, examples in sorted(result.examples.items()):
         for example in examples:
             print(f"  {kind}: {example}")

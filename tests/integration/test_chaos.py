@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient
 from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
-from relay.chaos.names import MIRROR
+from relay.chaos.names import HISTORY, MIRROR
 from relay.chaos.preparation import write_mapping
 from relay.chaos.workload import Workload, WorkloadConfig, create_schema
 from relay.runtime.clock import SystemClock
@@ -107,6 +107,8 @@ def _check_a_clean_run_then_injected_anomalies(
             topic,
             "--mirror-table",
             MIRROR,
+            "--history-table",
+            HISTORY,
             "--replica-bootstrap-servers",
             target,
             "--replica-topic",
@@ -120,8 +122,11 @@ def _check_a_clean_run_then_injected_anomalies(
     ledger = relay_env.sql("SELECT count(*) FROM chaos_ledger")[0][0]
     assert clean.stdout.strip().splitlines()[-1] == (
         f"checked {ledger} events (ledger {ledger}): lost=0 duplicated=0 out_of_order=0 "
-        f"aborted_visible=0 corrupted=0 mirror_mismatch=0 {REPLICA_COUNTS} OK"
+        f"aborted_visible=0 corrupted=0 mirror_mismatch=0 history_mismatch=0 {REPLICA_COUNTS} OK"
     )
+    versions = relay_env.sql(f"SELECT count(*), count(*) FILTER (WHERE is_current) FROM {HISTORY}")
+    keys = relay_env.sql("SELECT count(DISTINCT key) FROM chaos_ledger")[0][0]
+    assert versions[0] == (ledger, keys)  # every committed version once, one current per key
 
     # A published event again (not through the relay, so not replicated either), a
     # mirrored row changed behind the mirror's back, and a copy written to the replica
@@ -132,6 +137,10 @@ def _check_a_clean_run_then_injected_anomalies(
     assert producer.flush(30) == 0
     relay_env.sql(
         f"UPDATE {MIRROR} SET balance = balance + 1 WHERE key = (SELECT min(key) FROM {MIRROR})"
+    )
+    relay_env.sql(  # an older version lost from the history: the last one alone is not enough
+        f"DELETE FROM {HISTORY} WHERE (key, seq) = "
+        f"(SELECT key, min(seq) FROM {HISTORY} WHERE NOT is_current GROUP BY key LIMIT 1)"
     )
     copy = read_log(target, f"dr.{topic}", 3)[0][0]
     producer = Producer({"bootstrap.servers": target})
@@ -149,10 +158,12 @@ def _check_a_clean_run_then_injected_anomalies(
     summary = broken.stdout.strip().splitlines()[-1]
     assert "lost=0 duplicated=1 out_of_order=0" in summary
     assert summary.endswith(
-        "mirror_mismatch=1 replica_lost=1 replica_duplicated=1 replica_out_of_order=0 "
+        "mirror_mismatch=1 history_mismatch=1 replica_lost=1 replica_duplicated=1 "
+        "replica_out_of_order=0 "
         "replica_extra=0 replica_corrupted=0 FAILED"
     )
     assert "  duplicated: partition" in broken.stdout
+    assert "  history_mismatch: key acct-" in broken.stdout
     assert "  replica_duplicated: target partition 0" in broken.stdout
     assert "  replica_lost: source partition" in broken.stdout
 
@@ -191,16 +202,17 @@ def test_short_chaos_run_loses_duplicates_and_reorders_nothing(tmp_path: Path) -
     assert summary.startswith("checked ") and summary.endswith(" OK"), output
     assert (
         "lost=0 duplicated=0 out_of_order=0 aborted_visible=0 corrupted=0 mirror_mismatch=0 "
-        f"{REPLICA_COUNTS} OK" in summary
+        f"history_mismatch=0 {REPLICA_COUNTS} OK" in summary
     )
 
     report = json.loads(report_path.read_text())
     assert report["ok"] is True
     assert report["faults_injected"] == dict.fromkeys(FAULT_KINDS, 1), report["faults"]
     assert report["mirror_checked"] is True
+    assert report["history_checked"] is True  # every version of every key, after the kills
     assert report["ledger"] > 500 and report["events"] == report["ledger"]
     assert all(v == 0 for v in report["anomalies"].values())
-    assert len(report["anomalies"]) == 11, report["anomalies"]  # the replica's 5 included
+    assert len(report["anomalies"]) == 12, report["anomalies"]  # the replica's 5 included
     # the replica on the second cluster: every committed source record, once, in order
     assert report["replica_checked"] is True
     assert report["replica"]["source_records"] == report["events"]

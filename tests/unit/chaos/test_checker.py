@@ -4,11 +4,15 @@ each kind of anomaly, count it once, and pass clean evidence."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 from relay.chaos.checker import (
     AccountRow,
+    HistoryRow,
     LedgerEntry,
     compare_events,
+    compare_history,
     compare_mirror,
     decode_event,
 )
@@ -133,3 +137,48 @@ def test_the_mirror_count_joins_the_verdict() -> None:
     assert "mirror_mismatch=2 FAILED" in result.summary_line()
     assert result.examples["mirror_mismatch"] == ("key a: ...",)
     assert compare_events(ledger, records).with_mirror(0, 10, ()).ok
+
+
+T = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def versions(key: str, *balances: int, closed: bool = False) -> list[HistoryRow]:
+    """The history rows of ``balances`` committed as versions 1, 2, ... of ``key``."""
+    rows = []
+    for n, balance in enumerate(balances, start=1):
+        last = n == len(balances)
+        until = None if last and not closed else T + timedelta(seconds=n + 1)
+        rows.append(
+            HistoryRow(
+                key, 100 + n, n, balance, T + timedelta(seconds=n), until, last and not closed
+            )
+        )
+    return rows
+
+
+def test_history_rows_must_be_every_committed_version_in_order() -> None:
+    ledger = [LedgerEntry(f"a{n}", "a", n, b) for n, b in enumerate((10, 7, 12), start=1)]
+    ledger.append(LedgerEntry("b1", "b", 1, 5))
+    good = versions("a", 10, 7, 12) + versions("b", 5)
+    assert compare_history(ledger, reversed(good)) == (0, ())
+    only_last = [good[2], good[3]]  # a current-state mirror would pass; this must not
+    mismatched, examples = compare_history(ledger, only_last)
+    assert mismatched == 1
+    assert examples == (
+        "key a: 1 versions kept, 3 committed; at #1: kept (version, balance) (3, 12), "
+        "committed (1, 10)",
+    )
+    twice = [*good, replace(good[1], seq=150)]  # a version applied twice
+    assert compare_history(ledger, twice)[0] == 1
+
+
+def test_history_rows_must_chain_and_end_current() -> None:
+    ledger = [LedgerEntry(f"a{n}", "a", n, b) for n, b in enumerate((10, 7), start=1)]
+    rows = versions("a", 10, 7)
+    both_current = [replace(rows[0], is_current=True, valid_to=None), rows[1]]
+    assert compare_history(ledger, both_current)[0] == 1
+    gap = [replace(rows[0], valid_to=T), rows[1]]
+    assert compare_history(ledger, gap)[0] == 1
+    assert compare_history(ledger, versions("a", 10, 7, closed=True))[0] == 1
+    result = compare_events(ledger, []).with_history(1, 2, ("key a: ...",))
+    assert "mirror_mismatch=skipped history_mismatch=1 FAILED" in result.summary_line()
