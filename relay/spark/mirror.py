@@ -75,12 +75,14 @@ def run(steps: MirrorSteps, args: argparse.Namespace) -> int:
     )
     for stats in sorted(results, key=lambda s: (s.topic, s.partition)):
         log.info(
-            "%s[%d]: applied %d, dead-lettered %d, skipped %d, %d offset conflicts, next offset %d",
+            "%s[%d]: applied %d, dead-lettered %d, skipped %d (%d tombstones), %d offset "
+            "conflicts, next offset %d",
             stats.topic,
             stats.partition,
             stats.applied,
             stats.dead_lettered,
             stats.skipped,
+            stats.skipped_tombstones,
             stats.conflicts,
             stats.next_offset or 0,
         )

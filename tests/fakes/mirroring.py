@@ -11,12 +11,13 @@ from relay.errors import KafkaError, MirrorOffsetConflict, RecordMayHealError, R
 from relay.mirroring.mapping import parse_mapping
 from relay.mirroring.ports import AssignmentListener
 from relay.mirroring.types import (
+    Append,
     ApplyResult,
     Batch,
     ColumnKind,
     DeadLetter,
-    Delete,
     KafkaRecord,
+    Op,
     PartitionEnd,
     ResolvedTable,
     StoredOffset,
@@ -65,8 +66,8 @@ class MemoryStore:
     )  # the topic id and partition count stored with an offset
     fail_next: int = 0
     before_apply: Callable[[Batch], None] | None = None
-    rejects: Callable[[Upsert | Delete], str | None] | None = None
-    refuses_for_now: Callable[[Upsert | Delete], str | None] | None = None
+    rejects: Callable[[Op], str | None] | None = None
+    refuses_for_now: Callable[[Op], str | None] | None = None
     """Like ``rejects``, for errors that may heal (a missing parent): the batch rolls back
     with RecordMayHealError until ``batch.waited`` says to dead-letter the record."""
 
@@ -125,13 +126,15 @@ class MemoryStore:
         ops = (op for item in batch.items for op in item.ops)
         return next(filter(None, map(self.refuses_for_now, ops)), None)
 
-    def _refused(self, ops: Sequence[Upsert | Delete]) -> str | None:
+    def _refused(self, ops: Sequence[Op]) -> str | None:
         if self.rejects is None:
             return None
         return next((reason for op in ops if (reason := self.rejects(op)) is not None), None)
 
-    def _run(self, op: Upsert | Delete) -> None:
-        if isinstance(op, Upsert):
+    def _run(self, op: Op) -> None:
+        if isinstance(op, Append):  # a changelog's row, once per (key, version)
+            self.rows.setdefault((op.table, (op.row["id"], op.row["version"])), dict(op.row))
+        elif isinstance(op, Upsert):
             key = (op.table, (op.row["id"],))
             current = self.rows.get(key)
             if current is None or int(str(current["version"])) < int(str(op.row["version"])):
