@@ -373,3 +373,93 @@ def test_history_tables_that_cannot_hold_the_guarantee_are_refused_at_start(
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+TYPED_DDL = """
+CREATE SCHEMA analytics;
+CREATE TABLE analytics."Doc History" (
+    doc uuid NOT NULL,
+    body jsonb,
+    seq bigint NOT NULL,
+    starts timestamp NOT NULL,
+    ends timestamp,
+    live boolean NOT NULL,
+    UNIQUE (doc, seq)
+);
+"""
+
+
+def test_scd2_in_a_schema_with_json_uuid_and_timestamps_without_time_zone(
+    database_url: str, bootstrap_servers: str, topic: str, tmp_path: Path
+) -> None:
+    mapping = f"""
+[[tables]]
+table = "analytics.Doc History"
+topics = ["{topic}"]
+history = "scd2"
+history_columns = {{ valid_from = "starts", valid_to = "ends", is_current = "live" }}
+key = {{ column = "doc" }}
+version = {{ column = "seq", source = "header:outbox-seq" }}
+[tables.columns]
+body = "body"
+"""
+    env = mirror_env(database_url, bootstrap_servers, tmp_path, mapping, TYPED_DDL)
+    doc = "6f1c1a52-3a9e-4c1b-9a51-7a2d0a3f1e10"
+    producer = TxProducer(bootstrap_servers).producer
+    producer.begin_transaction()
+    for seq, body in ((1, {"a": [1]}), (2, None)):
+        producer.produce(
+            topic,
+            json.dumps({"body": body}).encode(),
+            doc.encode(),
+            partition=0,
+            headers=[("outbox-seq", str(seq).encode())],
+            timestamp=int(at(seq).timestamp() * 1000),
+        )
+    producer.commit_transaction(30)
+    result = env.run("--once")
+    assert result.returncode == 0, result.stderr
+    rows = env.sql(
+        'SELECT doc::text, body, seq, starts, ends, live FROM analytics."Doc History" ORDER BY seq'
+    )
+    naive = [at(1).replace(tzinfo=None), at(2).replace(tzinfo=None)]
+    assert rows == [
+        (doc, {"a": [1]}, 1, naive[0], naive[1], False),
+        (doc, None, 2, naive[1], None, True),
+    ]
+
+
+def test_a_changelog_unique_on_its_record_coordinates_applies_each_record_once(
+    database_url: str, bootstrap_servers: str, topic: str, tmp_path: Path
+) -> None:
+    ddl = (
+        "CREATE TABLE log (id int NOT NULL, qty int, seq bigint NOT NULL, op text NOT NULL, "
+        "t text NOT NULL, p int NOT NULL, o bigint NOT NULL, UNIQUE (t, p, o))"
+    )
+    mapping = f"""
+[[tables]]
+table = "log"
+topics = ["{topic}"]
+history = "changelog"
+key = {{ column = "id" }}
+version = {{ column = "seq", source = "header:outbox-seq" }}
+[tables.columns]
+qty = "qty"
+[tables.metadata]
+t = "topic"
+p = "partition"
+o = "offset"
+"""
+    env = mirror_env(database_url, bootstrap_servers, tmp_path, mapping, ddl)
+    produce(
+        bootstrap_servers, topic, [(1, 5, 1, 0, None), (1, 5, 1, 0, None), (1, None, 2, 1, None)]
+    )
+    assert env.run("--once").returncode == 0
+    env.sql("DELETE FROM mirror_offsets WHERE consumer_group = :g", g=env.group)
+    assert env.run("--once").returncode == 0  # a replay adds nothing
+    # The same version twice (a producer's retry as a new record) is two records here.
+    assert env.sql("SELECT o, id, seq, op, qty FROM log ORDER BY o") == [
+        (0, 1, 1, "upsert", 5),
+        (1, 1, 1, "upsert", 5),
+        (2, 1, 2, "delete", None),
+    ]
