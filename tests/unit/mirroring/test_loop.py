@@ -4,6 +4,7 @@ markers, conflicts (zombies), revocation and retries."""
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import pytest
 
@@ -280,3 +281,34 @@ def test_partition_ends_already_overtaken_do_not_cut_batches() -> None:
     loop.run(stream, stream.stop)
     assert sorted(batches) == [(P0, 5), (P1, 5)]
     assert store.offsets == {P0: 5, P1: 5}
+
+
+def test_a_skipped_tombstone_is_counted_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+    filtered = items_table()
+    filtered = replace(
+        filtered, mapping=replace(filtered.mapping, event_types=frozenset({"ItemSaved"}))
+    )
+    saved = ("event-type", b"ItemSaved")
+    archived = replace(record(2, 1, None), headers=(("event-type", b"ItemArchived"),))
+    stream = FakeStream(
+        logs_of(
+            [
+                replace(record(0, 1, "a"), headers=(saved,)),
+                replace(record(1, 2, "b"), headers=(saved,)),
+                archived,  # skipped: its event type is not listed
+                record(3, 2, None),  # no event type: deletes
+            ]
+        ),
+        stable={P0: 4},
+    )
+    store = MemoryStore()
+    loop = MirrorLoop(Applier([filtered], store), store, targets={P0: 4}, clock=FakeClock())
+    stream.assign([P0], loop)
+    with caplog.at_level("WARNING"):
+        summary = loop.run(stream)
+    assert names(store) == {1: "a"}
+    assert (summary.total("skipped"), summary.total("skipped_tombstones")) == (1, 1)
+    assert (
+        "t[0]: 1 tombstone skipped (offset 2: event type 'ItemArchived' is not listed for items)"
+        in caplog.text
+    )
