@@ -35,7 +35,8 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
         env="RELAY_MIRROR_LAG",
         default=False,
         action="store_true",
-        help="print each partition's stored offset, last stable offset and lag, then exit",
+        help="print each partition's stored offset, last stable offset and lag, and each "
+        "table's complete-through time (heartbeats), then exit",
     )
     env_flag(
         mode,
@@ -55,7 +56,12 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
 
 def _mirror(args: argparse.Namespace) -> int:
     from relay.cli.progress import showing
-    from relay.commands.mirror import MirrorService, lag_report, reset_recreated_topic
+    from relay.commands.mirror import (
+        MirrorService,
+        lag_report,
+        reset_recreated_topic,
+        table_freshness,
+    )
     from relay.runtime.metrics import serving
     from relay.runtime.observed import MirrorProgressMetrics
     from relay.runtime.progress import Progress
@@ -75,6 +81,11 @@ def _mirror(args: argparse.Namespace) -> int:
                 f"{row.topic:<30} {row.partition:>9} {applied:>13} "
                 f"{row.last_stable_offset:>10} {row.lag:>8}"
             )
+        print(f"\n{'table':<30} {'complete through':>32} {'lag (s)':>10}")
+        for fresh in table_freshness(settings):
+            through = "unknown" if fresh.complete_through is None else str(fresh.complete_through)
+            lag = "-" if fresh.lag_s is None else f"{fresh.lag_s:.1f}"
+            print(f"{fresh.table:<30} {through:>32} {lag:>10}")
         return 0
     log.info("starting mirror: %s", settings.describe())
     progress = Progress() if args.once else None  # --once: records applied, rate

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from relay.errors import ConfigurationError
-from relay.kafka.admin import admin_client, check_broker, ensure_positions_topic
+from relay.errors import ConfigurationError, KafkaError
+from relay.kafka.admin import admin_client, check_broker, ensure_positions_topic, topic_partitions
 from relay.kafka.publisher import KafkaTransactionalPublisher
 from relay.postgres.engine import Database
 from relay.postgres.migrations import check_schema
@@ -43,6 +43,12 @@ def check_environment(settings: RelaySettings, database: Database) -> int:
     ensure_positions_topic(
         admin, settings.positions_topic, partitions, settings.kafka.request_timeout_s
     )
+    for topic in settings.heartbeat_topics:
+        if topic_partitions(admin, topic, settings.kafka.request_timeout_s) is None:
+            raise KafkaError(
+                f"heartbeat topic {topic} (--heartbeat-topics, RELAY_HEARTBEAT_TOPICS) does "
+                "not exist in Kafka"
+            )
     return partitions
 
 
@@ -92,4 +98,6 @@ def build_partition_relay(
         clock=clock,
         failpoints=Failpoints.from_env(),
         observer=observer,
+        heartbeat_topics=settings.heartbeat_topics,
+        heartbeat_interval_s=settings.heartbeat_interval_s,
     )

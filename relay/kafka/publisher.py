@@ -27,9 +27,10 @@ from relay.kafka.errors import (
     translate,
 )
 from relay.kafka.positions import committed_position, positions_consumer
-from relay.kafka.topics import TOPIC_MISSING, TopicGuard, headers_bound
+from relay.kafka.topics import TOPIC_MISSING, TopicGuard, headers_bound, read_topic
 from relay.kafka.transactions import PRODUCER_DEFAULTS, TransactionalProducer
 from relay.publishing.types import CommittedPosition, OutboxRecord, PositionOwner
+from relay.runtime.heartbeat import HEARTBEAT_HEADER, HEARTBEAT_HEADER_VALUE, Heartbeat
 from relay.settings.relay import RelaySettings
 
 _LIBRDKAFKA_BATCH_SIZE = 1_000_000  # librdkafka's default batch.size
@@ -162,6 +163,37 @@ class KafkaTransactionalPublisher(TransactionalProducer):
                     self._producer.poll(0.05)
                 except KafkaException as exc:
                     raise self._produce_error(exc, record) from None
+
+    def send_heartbeats(self, topics: Sequence[str], heartbeat: Heartbeat) -> None:
+        value, key = heartbeat.encode(), heartbeat.key
+        headers: list[tuple[str, str | bytes | None]] = [(HEARTBEAT_HEADER, HEARTBEAT_HEADER_VALUE)]
+        for topic in topics:
+            for partition in range(self._partition_count(topic)):
+                while True:
+                    try:
+                        self._producer.produce(
+                            topic,
+                            value,
+                            key,
+                            partition=partition,
+                            headers=headers,
+                            on_delivery=self._on_delivery,
+                        )
+                        break
+                    except BufferError:
+                        self._producer.poll(0.05)
+                    except KafkaException as exc:
+                        raise translate(exc, f"producing to {topic}", self._partition) from None
+
+    def _partition_count(self, topic: str) -> int:
+        """The partitions of heartbeat topic ``topic``, asked each time: heartbeats are
+        rare, and a partition added meanwhile gets them from the next one on."""
+        found = read_topic(self._producer, topic, self._timeout, self._partition)
+        if found is None:
+            raise TopicMissingError(
+                f"relay partition {self._partition}: heartbeat topic {topic!r} does not exist"
+            )
+        return len(found.partitions)
 
     def _refused_error(self, refused: dict[int, str]) -> UndeliverableEventError:
         ids = tuple(sorted(refused))

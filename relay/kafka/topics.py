@@ -17,6 +17,7 @@ from confluent_kafka import KafkaError as LibKafkaError
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource
+from confluent_kafka.admin._metadata import TopicMetadata
 from confluent_kafka.admin._resource import ResourceType
 
 from relay.errors import RetriableError, TopicMissingError
@@ -252,21 +253,13 @@ class TopicGuard:
         return BatchCheck(refused, small_limits, measure.sizes)
 
     def _load(self, topic: str, records: Sequence[OutboxRecord]) -> TopicLimits:
-        try:
-            metadata = self._producer.list_topics(topic=topic, timeout=self._timeout)
-        except KafkaException as exc:
-            raise translate(exc, f"reading metadata of {topic}", self._partition) from None
-        found = metadata.topics.get(topic)
-        error = None if found is None else found.error
-        if found is None or (error is not None and error.code() in TOPIC_MISSING):
+        if read_topic(self._producer, topic, self._timeout, self._partition) is None:
             waiting = sum(1 for r in records if r.topic == topic)
             raise TopicMissingError(
                 f"relay partition {self._partition}: topic {topic!r} does not exist and the "
                 f"broker does not create it; {waiting}+ row(s) wait in the outbox and are "
                 "published once the topic exists"
             )
-        if error is not None:
-            raise RetriableError(f"relay partition {self._partition}: topic {topic!r}: {error}")
         limits = self._describe(topic)
         self._limits[topic] = limits
         return limits
@@ -291,3 +284,21 @@ class TopicGuard:
         if self._admin is None:
             self._admin = self._new_admin()
         return self._admin
+
+
+def read_topic(
+    producer: Producer, topic: str, timeout: float, partition: int
+) -> TopicMetadata | None:
+    """``topic``'s metadata as relay partition ``partition``'s producer reads it; None when
+    the topic does not exist."""
+    try:
+        metadata = producer.list_topics(topic=topic, timeout=timeout)
+    except KafkaException as exc:
+        raise translate(exc, f"reading metadata of {topic}", partition) from None
+    found: TopicMetadata | None = metadata.topics.get(topic)
+    error = None if found is None else found.error
+    if found is None or (error is not None and error.code() in TOPIC_MISSING):
+        return None
+    if error is not None:
+        raise RetriableError(f"relay partition {partition}: topic {topic!r}: {error}")
+    return found

@@ -27,6 +27,7 @@ from relay.mirroring.types import (
     ResolvedTable,
     Upsert,
 )
+from relay.runtime.heartbeat import HEARTBEAT_HEADER, decode_heartbeat
 
 EVENT_TYPE_HEADER = "event-type"
 _INTEGER_TEXT = re.compile(r"^-?[0-9]+$")
@@ -40,6 +41,9 @@ def decode(record: KafkaRecord, tables: Sequence[ResolvedTable]) -> Decoded:
     it lists. A tombstone without that header deletes (closes) the key in every table of
     its topic whose key mapping accepts the key; one whose event type a table does not
     list is skipped there and reported (``Decoded.skipped_tombstone``), never silently."""
+    if any(name == HEARTBEAT_HEADER for name, _ in record.headers):
+        # The outbox relay's, for no table; never dead-lettered (skipped when malformed).
+        return Decoded(record, heartbeat=decode_heartbeat(record.value))
     ops: list[Op] = []
     errors: list[str] = []
     skipped: list[str] = []

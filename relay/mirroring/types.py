@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from relay.mirroring.mapping import TableMapping
+from relay.runtime.heartbeat import Heartbeat
 from relay.runtime.summary import RunSummary
 
 RecordHeaders = tuple[tuple[str, bytes | None], ...]
@@ -129,18 +130,20 @@ Op = Upsert | Delete | Append
 
 @dataclass(frozen=True, slots=True)
 class Decoded:
-    """What one record means: row operations, a dead-letter reason, or nothing
-    (no mapped table takes its event type)."""
+    """What one record means: row operations, a dead-letter reason, a heartbeat of the
+    outbox relay (stored, never applied to a table), or nothing (no mapped table takes
+    its event type)."""
 
     record: KafkaRecord
     ops: tuple[Op, ...] = ()
     error: str | None = None
     skipped_tombstone: str | None = None
     """Why a tombstone was not applied to (some of) its tables: never silent."""
+    heartbeat: Heartbeat | None = None
 
     @property
     def skipped(self) -> bool:
-        return not self.ops and self.error is None
+        return not self.ops and self.error is None and self.heartbeat is None
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ One batch is one transaction::
     SAVEPOINT; row operations in record order (mirror_statements); on a constraint or data error:
         ROLLBACK TO SAVEPOINT, then one SAVEPOINT per record, dead-lettering the failures
     INSERT INTO mirror_dead_letters ...
+    (the batch's latest heartbeats into mirror_heartbeats, after the offset: mirror_freshness)
     COMMIT
 
 The offset row is locked first, so two instances on one partition serialize there: the
@@ -40,6 +41,7 @@ from relay.mirroring.types import (
     Upsert,
 )
 from relay.postgres.engine import Database, driver_message
+from relay.postgres.mirror_freshness import store_heartbeats
 from relay.postgres.mirror_statements import TableStatements
 from relay.postgres.schema import mirror_dead_letters, mirror_offsets
 from relay.runtime.secrets import mask_text
@@ -111,6 +113,7 @@ class PostgresMirrorStore:
             conn.begin(),
         ):
             self._advance(conn, batch)
+            store_heartbeats(conn, self._group, batch.topic, batch.partition, batch.items)
             applied, dead = self._write(conn, batch)
             if dead:
                 conn.execute(_INSERT_DEAD, [self._dead_row(d) for d in dead])

@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Connection, Row, text
@@ -14,7 +15,7 @@ from sqlalchemy import Connection, Row, text
 from relay.errors import InvalidEventError
 from relay.postgres.engine import Database
 from relay.publishing.events import decode_headers
-from relay.publishing.types import Headers, OutboxIdentity, OutboxRecord
+from relay.publishing.types import Headers, OutboxIdentity, OutboxRecord, Settled
 
 # Committed rows of a relay partition in position order (I2, docs/invariants.md), at
 # base + ordinal of their transaction's marker in outbox_commits. The markers read are
@@ -74,7 +75,12 @@ _HAS_LEGACY = text(
 )
 # How far the partition is settled: every position at or below it is committed and
 # visible, or will never exist. NULL when a writer that does not finish holds it up.
-_HORIZON = text("SELECT outbox_horizon(:partition)")
+# With it, the database time as of which that holds for every commit, the partition's
+# highest position at or below it, and the relay partition count (0010_mirror_freshness).
+_HORIZON = text(
+    "SELECT horizon, top, (extract(epoch FROM as_of) * 1000)::int8, partitions "
+    "FROM outbox_horizon_as_of(:partition)"
+)
 HORIZON_BLOCKERS = text(
     """
     SELECT coalesce('prepared transaction ' || quote_literal(x.gid),
@@ -176,6 +182,7 @@ class PostgresOutboxSource:
         self._held_up_warning_s = held_up_warning_s
         self._horizons: dict[int, int] = {}
         self._held_up_since: dict[int, float] = {}
+        self._settled: dict[int, Settled] = {}
         self._without_legacy: set[int] = set()  # partitions with no row of a seq of its own
         self._batch_ends = BatchEnds()
 
@@ -196,11 +203,13 @@ class PostgresOutboxSource:
         """The partition's settled position (0007_commit_markers), or the last one learnt
         when a writer holds it up; in a transaction of its own (``conn`` is in
         autocommit), which releases the partition's lock at once."""
-        found = conn.execute(_HORIZON, {"partition": partition}).scalar_one()
+        found, top, as_of_ms, partitions = conn.execute(_HORIZON, {"partition": partition}).one()
         conn.commit()
         if found is not None:
             self._horizons[partition] = int(found)
             self._held_up_since.pop(partition, None)
+            if as_of_ms is not None:
+                self._settled[partition] = Settled(int(top), int(as_of_ms), int(partitions))
             return int(found)
         now = time.monotonic()
         since = self._held_up_since.setdefault(partition, now)
@@ -217,6 +226,9 @@ class PostgresOutboxSource:
             )
             self._held_up_since[partition] = now
         return self._horizons.get(partition, 0)
+
+    def settled(self, partition: int) -> Settled | None:
+        return self._settled.get(partition)
 
     def high_water(self, partition: int) -> int:
         with self._connection("reading the outbox") as conn:
@@ -242,10 +254,13 @@ class PostgresOutboxSource:
                     self._batch_ends.remember(partition, records[-1].seq, records[-1].id)
                     return records
                 if not rows:
-                    return records
+                    break
                 # Only rows just dead-lettered, or positions whose rows are gone: read on
                 # from the last position seen rather than end the batch empty.
                 after = max(int(row[-1]) for row in rows)
+        found = self._settled.get(partition)
+        if found is not None and up_to == settled:  # nothing is left up to the horizon
+            self._settled[partition] = replace(found, top=min(found.top, after_seq))
         return []
 
     def _read(

@@ -35,6 +35,8 @@ from relay.errors import (
     TransactionTimedOutError,
     UndeliverableEventError,
 )
+from relay.publishing.drain import drain
+from relay.publishing.heartbeats import DEFAULT_INTERVAL_S, HeartbeatPlan
 from relay.publishing.ports import (
     NoObserver,
     OutboxSource,
@@ -51,15 +53,14 @@ from relay.publishing.types import (
 from relay.runtime.batch_limits import BatchLimits
 from relay.runtime.clock import Clock, SystemClock
 from relay.runtime.failpoints import NO_FAILPOINTS, FailpointHook
+from relay.runtime.heartbeat import Heartbeat
 from relay.runtime.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 
-_COUNT_CHANGE_POLL_S = 0.2
 HOUSEKEEPING_EVERY_S = 1.0
 """How often a busy partition deletes its published rows: a database transaction (and,
 on a durable server, a WAL flush) per batch took a fifth of a small batch's time."""
-_COUNT_CHANGE_WAIT_S = 120.0
 
 
 class PartitionRelay:
@@ -81,6 +82,8 @@ class PartitionRelay:
         clock: Clock | None = None,
         failpoints: FailpointHook | None = None,
         observer: RelayObserver | None = None,
+        heartbeat_topics: Sequence[str] = (),
+        heartbeat_interval_s: float = DEFAULT_INTERVAL_S,
     ) -> None:
         self.partition = partition
         self._source = source
@@ -98,6 +101,9 @@ class PartitionRelay:
         self._position: int | None = None
         self._committed_at = 0.0  # clock time of the last commit of the position
         self._unsettled = False  # a transaction failed: restart before the next batch
+        self.heartbeats = HeartbeatPlan(
+            partition, owner.database_id, heartbeat_topics, heartbeat_interval_s
+        )
 
     @property
     def position(self) -> int:
@@ -182,9 +188,10 @@ class PartitionRelay:
             self._housekept = position
         self._housekept_at = self._clock.monotonic()
 
-    def keep_alive(self) -> None:
+    def keep_alive(self, heartbeat: Heartbeat | None = None) -> None:
         """Commit the unchanged position again, so that the broker's offset retention
-        (``offsets.retention.minutes``) never expires an idle partition's position."""
+        (``offsets.retention.minutes``) never expires an idle partition's position; with
+        ``heartbeat``, sent to the heartbeat topics in the same transaction."""
         self._settle_first()
         try:
             self._publisher.begin()
@@ -192,21 +199,28 @@ class PartitionRelay:
             self._unsettled = True
             raise
         try:
+            if heartbeat is not None:
+                self._publisher.send_heartbeats(self.heartbeats.topics, heartbeat)
             self._publisher.commit(self.position)
         except RetriableError as exc:
             self._transaction_failed(exc)
             raise
         self._committed_at = self._clock.monotonic()
+        if heartbeat is not None:
+            self.heartbeats.sent(heartbeat, self._committed_at)
         self._observer.transaction(self.partition, committed=True)
         log.debug("relay partition %d: position %d kept alive", self.partition, self.position)
 
     def keep_alive_if_due(self, every_s: float) -> bool:
         """:meth:`keep_alive` when the position was last committed ``every_s`` ago or
-        more (an idle partition of a long-running relay). True when it committed."""
-        if self.position == 0 or self._clock.monotonic() - self._committed_at < every_s:
+        more (an idle partition of a long-running relay), or a heartbeat is due. True
+        when it committed."""
+        now = self._clock.monotonic()
+        heartbeat = self.heartbeats.due(now, self.position)
+        if heartbeat is None and (self.position == 0 or now - self._committed_at < every_s):
             return False
         try:
-            self.keep_alive()
+            self.keep_alive(heartbeat)
         except RetriableError as exc:
             log.warning(
                 "relay partition %d: keeping the position alive failed (%s)", self.partition, exc
@@ -262,15 +276,20 @@ class PartitionRelay:
         self._settle_first()
         position = self.position
         records = self._source.fetch(self.partition, position, self._limits.rows, up_to_seq)
+        self.heartbeats.learnt(self._source.settled(self.partition))
         if not records:
+            self.heartbeats.committed(position)
             self.housekeep()  # idle: catch up
             return None
         records = self._limits.take(records)
         last_seq = records[-1].seq
         self._publisher.begin()
         opened = self._clock.monotonic()
+        heartbeat = self.heartbeats.due(opened, last_seq)
         try:
             self._publisher.send(records)
+            if heartbeat is not None:  # after the records it vouches for
+                self._publisher.send_heartbeats(self.heartbeats.topics, heartbeat)
             self._failpoints.hit("after_produce", self.partition)
             self._failpoints.hit("before_commit", self.partition)
             self._publisher.commit(last_seq)
@@ -284,6 +303,9 @@ class PartitionRelay:
             raise self._fenced(exc, records, self._clock.monotonic() - opened) from None
         self._position = last_seq
         self._committed_at = self._clock.monotonic()
+        self.heartbeats.committed(last_seq)
+        if heartbeat is not None:
+            self.heartbeats.sent(heartbeat, self._committed_at)
         self._limits.committed(self._committed_at - opened)
         self._observer.transaction(self.partition, committed=True)
         self._observer.published(self.partition, len(records), self._committed_at - began)
@@ -296,43 +318,7 @@ class PartitionRelay:
         """Publish every row committed before this call, then return."""
         if self._position is None:
             self.start()
-        records = batches = 0
-        held_since = self._clock.monotonic()
-        while True:
-            # Rows of a previous relay partition count pending: the target stops below
-            # them, and the drain goes round again once they are published.
-            held = self._source.count_change_pending()
-            target = self._source.high_water(self.partition)
-            while self.position < target and not (stop is not None and stop.is_set()):
-                result = self.publish_batch(up_to_seq=target, stop=stop)
-                if result is None:
-                    break
-                records += result.records
-                batches += 1
-            # The floors tell the other partitions which rows below a count change's
-            # barrier are published (0009_live_partition_count): record ours before waiting.
-            self.housekeep()
-            if not held or not self._wait_for_count_change(held_since, stop):
-                break
-        if batches == 0 and self.position > 0:
-            self.keep_alive()  # an idle partition of a scheduled run keeps its position
-        return DrainResult(self.partition, records, batches, self.position)
-
-    def _wait_for_count_change(self, since: float, stop: threading.Event | None) -> bool:
-        """While rows of the previous relay partition count wait in other partitions, the
-        rows above them here are not settled yet (0009_live_partition_count): a drain
-        waits for the run's other partitions, for at most ``_COUNT_CHANGE_WAIT_S``. False
-        when it stops waiting."""
-        if not self._source.count_change_pending():
-            return True  # published meanwhile: one more round
-        if self._clock.monotonic() - since >= _COUNT_CHANGE_WAIT_S:
-            log.warning(
-                "relay partition %d: rows of the previous relay partition count are still "
-                "unpublished in other partitions; the rows above them wait for a later run",
-                self.partition,
-            )
-            return False
-        return not self._clock.wait(_COUNT_CHANGE_POLL_S, stop)
+        return drain(self, self._source, self._clock, stop)
 
     def close(self) -> None:
         """Close the producer, after recording what was published (best effort)."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from relay.publishing.types import CommittedPosition, OutboxIdentity, OutboxRecord
+from relay.publishing.types import CommittedPosition, OutboxIdentity, OutboxRecord, Settled
+from relay.runtime.heartbeat import Heartbeat
 
 
 class OutboxSource(Protocol):
@@ -20,6 +21,12 @@ class OutboxSource(Protocol):
         self, partition: int, after_seq: int, limit: int, up_to_seq: int | None = None
     ) -> Sequence[OutboxRecord]:
         """Up to ``limit`` rows with ``after_seq < seq [<= up_to_seq]``, ascending seq."""
+        ...
+
+    def settled(self, partition: int) -> Settled | None:
+        """What the latest :meth:`fetch` or :meth:`high_water` of ``partition`` learnt
+        with its horizon, or an earlier one (None: nothing yet). After a fetch that found
+        nothing up to the horizon, ``top`` is at most the position it read after."""
         ...
 
     def count_change_pending(self) -> bool:
@@ -70,6 +77,12 @@ class TransactionalPublisher(Protocol):
 
     def send(self, records: Sequence[OutboxRecord]) -> None:
         """Queue ``records`` in the open transaction, without waiting per record."""
+        ...
+
+    def send_heartbeats(self, topics: Sequence[str], heartbeat: Heartbeat) -> None:
+        """Queue ``heartbeat`` in the open transaction, to every partition of each of
+        ``topics`` (after what :meth:`send` queued). Raises TopicMissingError when one
+        of them does not exist."""
         ...
 
     def commit(self, position: int) -> None:

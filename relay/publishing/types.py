@@ -83,3 +83,17 @@ class OutboxIdentity:
     database_id: str
     default_prefix: str
     """The transactional-id prefix its relays use unless told otherwise."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """What the outbox vouches for about a relay partition (``outbox_horizon_as_of``):
+    every row of it whose transaction committed before ``as_of_ms`` (milliseconds since
+    the epoch, on the database's clock) is at a position at or below ``top``. Once the
+    relay's committed position reaches ``top``, each of those events is in Kafka, and a
+    heartbeat may say the partition is complete through ``as_of_ms``. ``partitions``: the
+    relay partition count then."""
+
+    top: int
+    as_of_ms: int
+    partitions: int

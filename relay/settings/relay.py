@@ -19,7 +19,16 @@ from relay.settings.connections import (
     load_connections,
     metrics_shown,
 )
-from relay.settings.spec import Given, Setting, boolean, describe, non_empty, seconds, whole
+from relay.settings.spec import (
+    Given,
+    Setting,
+    boolean,
+    describe,
+    names,
+    non_empty,
+    seconds,
+    whole,
+)
 
 # How a database's default prefix is computed (migration 0004 writes it to outbox_identity).
 DATABASE_PREFIX = "outbox-relay-<first 8 hex digits of its id>"
@@ -128,6 +137,26 @@ CLEANUP = Setting(
     "keep published rows in the outbox table",
     const=False,
 )
+HEARTBEAT_TOPICS = Setting(
+    "heartbeat_topics",
+    "RELAY_HEARTBEAT_TOPICS",
+    "--heartbeat-topics",
+    names,
+    (),
+    "send heartbeats (complete-through times for the mirror's freshness) to every "
+    "partition of these topics (a,b); their other consumers must skip them "
+    "(header relay-heartbeat)",
+    metavar="TOPICS",
+)
+HEARTBEAT_INTERVAL = Setting(
+    "heartbeat_interval_s",
+    "RELAY_HEARTBEAT_INTERVAL_S",
+    "--heartbeat-interval",
+    seconds,
+    5.0,
+    "with --heartbeat-topics: each relay partition sends at most one heartbeat this often",
+    metavar="SECONDS",
+)
 
 RELAY = (
     TRANSACTIONAL_ID_PREFIX,
@@ -141,6 +170,8 @@ RELAY = (
     POSITION_REFRESH,
     MEMBER_SESSION_TIMEOUT,
     CLEANUP,
+    HEARTBEAT_TOPICS,
+    HEARTBEAT_INTERVAL,
 )
 """The relay's own settings, by field of :class:`RelaySettings`."""
 
@@ -162,6 +193,8 @@ class RelaySettings:
     retry_attempts: int = RETRY_ATTEMPTS.default
     position_refresh_s: float = POSITION_REFRESH.default
     member_session_timeout_ms: int = MEMBER_SESSION_TIMEOUT.default
+    heartbeat_topics: tuple[str, ...] = HEARTBEAT_TOPICS.default
+    heartbeat_interval_s: float = HEARTBEAT_INTERVAL.default
     metrics_port: int | None = METRICS_PORT.default  # None: no /metrics, /healthz, /readyz
     metrics_host: str = METRICS_HOST.default
 

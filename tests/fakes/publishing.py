@@ -20,7 +20,9 @@ from relay.publishing.types import (
     OutboxIdentity,
     OutboxRecord,
     PositionOwner,
+    Settled,
 )
+from relay.runtime.heartbeat import Heartbeat
 
 OWNER = PositionOwner("00000000-0000-0000-0000-000000000001", "test")
 
@@ -55,6 +57,12 @@ class MemoryOutbox:
 
     def count_change_pending(self) -> bool:
         return False
+
+    # What the horizon vouches for, per partition, as a test sets it (outbox_horizon_as_of).
+    facts: dict[int, Settled] = field(default_factory=dict)
+
+    def settled(self, partition: int) -> Settled | None:
+        return self.facts.get(partition)
 
     def high_water(self, partition: int) -> int:
         return max((r.seq for r in self.rows.get(partition, [])), default=0)
@@ -117,6 +125,8 @@ class MemoryKafka:
     accepts every record."""
 
     committed: list[OutboxRecord] = field(default_factory=list)
+    # Committed heartbeats: (topics, heartbeat, records committed before it).
+    heartbeats: list[tuple[tuple[str, ...], Heartbeat, int]] = field(default_factory=list)
     positions: dict[int, CommittedPosition] = field(default_factory=dict)
     epochs: dict[int, int] = field(default_factory=dict)
     fail_next_commits: int = 0
@@ -146,6 +156,7 @@ class MemoryPublisher:
     owner: PositionOwner = OWNER
     epoch: int | None = None
     pending: list[OutboxRecord] | None = None
+    pending_heartbeats: list[tuple[tuple[str, ...], Heartbeat]] = field(default_factory=list)
     fenced: bool = False
     closed: bool = False
     stuck: bool = False  # after an ambiguous commit, like librdkafka's _STATE errors
@@ -172,6 +183,7 @@ class MemoryPublisher:
         self._check_fenced()
         self._check_usable()
         self.pending = []
+        self.pending_heartbeats = []
         if self.kafka.clock is not None:
             self.began = self.kafka.clock.now
 
@@ -186,6 +198,12 @@ class MemoryPublisher:
         self.pending.extend(records)
         if self.kafka.clock is not None:
             self.kafka.clock.now += self.kafka.send_seconds_per_record * len(records)
+
+    def send_heartbeats(self, topics: Sequence[str], heartbeat: Heartbeat) -> None:
+        assert self.pending is not None
+        if self.kafka.topics is not None and any(t not in self.kafka.topics for t in topics):
+            raise TopicMissingError("heartbeat topic does not exist")
+        self.pending_heartbeats.append((tuple(topics), heartbeat))
 
     def _refused(self, records: Sequence[OutboxRecord]) -> dict[int, str]:
         """Like the adapter's topic check: a missing topic raises, records a topic can
@@ -227,6 +245,9 @@ class MemoryPublisher:
     def _commit_pending(self, position: int) -> None:
         assert self.pending is not None
         self.kafka.committed.extend(self.pending)
+        for topics, heartbeat in self.pending_heartbeats:
+            self.kafka.heartbeats.append((topics, heartbeat, len(self.kafka.committed)))
+        self.pending_heartbeats = []
         self.kafka.positions[self.partition] = CommittedPosition(position, self.owner)
         self.pending = None
 

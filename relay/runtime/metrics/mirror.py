@@ -35,6 +35,7 @@ class MirrorMetrics(ProcessMetrics):
         self._stable: Sampled[TopicPartition, int] = Sampled(
             "reading the last stable offsets", self._clock
         )
+        self._complete: Sampled[str, float] = Sampled("reading relay_mirror_freshness", self._clock)
 
     def started(
         self, stable: Callable[[Sequence[TopicPartition]], Mapping[TopicPartition, int]] | None
@@ -48,6 +49,13 @@ class MirrorMetrics(ProcessMetrics):
     def stopped(self) -> None:
         self.readiness.set(MIRROR_CONSUMER, State.STOPPED)
         self._stable.use(None)
+        self._complete.use(None)
+
+    def freshness(self, query: Callable[[Sequence[str]], Mapping[str, float]] | None) -> None:
+        """``query`` answers, for the group it is given, each mirrored table's
+        complete-through time (seconds since the epoch; tables not known left out), asked
+        at scrape time; None: none."""
+        self._complete.use(query)
 
     # -- LoopObserver (relay.mirroring.observer) --------------------------------------
 
@@ -94,3 +102,13 @@ class MirrorMetrics(ProcessMetrics):
         for tp in sorted(stored.keys() & stable.keys()):
             lag.add_metric([tp[0], str(tp[1])], max(0, stable[tp] - (stored[tp] or 0)))
         yield lag
+        complete = GaugeMetricFamily(
+            "relay_mirror_complete_through_timestamp_seconds",
+            "Every outbox event committed before this time is applied to the table "
+            "(relay_mirror_freshness; tables not known yet are left out; asked at most "
+            f"every {QUERY_EVERY_S:g} s)",
+            labels=["table"],
+        )
+        for table, through in sorted(self._complete.get(["tables"]).items()):
+            complete.add_metric([table], through)
+        yield complete

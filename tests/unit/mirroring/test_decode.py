@@ -13,6 +13,7 @@ from relay.errors import DecodeError
 from relay.mirroring.decode import decode, from_json, from_text
 from relay.mirroring.mapping import parse_mapping
 from relay.mirroring.types import Append, ColumnKind, Delete, KafkaRecord, ResolvedTable, Upsert
+from relay.runtime.heartbeat import HEARTBEAT_HEADER, Heartbeat
 
 K = ColumnKind
 
@@ -253,3 +254,22 @@ def test_history_modes_and_metadata_columns() -> None:
     assert decode(timed(None, 10), [changelog]).ops == (
         Append("t", {"id": 5, "n": None, "seq": 42, "kind": "delete", "o": 10}),
     )
+
+
+ANY_EVENT = table(
+    {"key": {"column": "id"}, "version": {"column": "seq"}, "columns": {"total": "total"}},
+    {"id": K.TEXT, "total": K.NUMERIC, "seq": K.INTEGER},
+)
+
+
+def test_a_heartbeat_is_read_never_applied_nor_dead_lettered() -> None:
+    beat = Heartbeat("db", 1, 4, 1_000)
+    decoded = decode(rec(beat.key, beat.encode(), (HEARTBEAT_HEADER, b"1")), [ORDERS, ANY_EVENT])
+    assert (decoded.heartbeat, decoded.ops, decoded.error, decoded.skipped) == (
+        beat,
+        (),
+        None,
+        False,
+    )
+    malformed = decode(rec(beat.key, b"{", (HEARTBEAT_HEADER, b"1")), [ANY_EVENT])
+    assert (malformed.heartbeat, malformed.ops, malformed.error) == (None, (), None)

@@ -319,3 +319,16 @@ def test_mirror_is_not_ready_while_it_retries() -> None:
     assert metrics.readiness.check() == (True, "ready")
     assert sample(metrics, "relay_mirror_retries_total") == 1
     assert sample(metrics, "relay_mirror_lag_records", topic="t", partition="0") is None  # no query
+
+
+def test_mirror_reports_each_tables_complete_through_time() -> None:
+    metrics = MirrorMetrics()
+    metrics.started(None)
+    assert sample(metrics, "relay_mirror_complete_through_timestamp_seconds", table="t") is None
+    metrics.freshness(lambda _: {"t": 1_790_000_000.5})  # a table not known is left out
+    assert (
+        sample(metrics, "relay_mirror_complete_through_timestamp_seconds", table="t")
+        == 1_790_000_000.5
+    )
+    metrics.stopped()
+    assert sample(metrics, "relay_mirror_complete_through_timestamp_seconds", table="t") is None
