@@ -87,7 +87,7 @@ def build_partition_relay(
     """``settings`` and ``owner`` as :func:`for_database` returns them."""
     return PartitionRelay(
         partition,
-        PostgresOutboxSource(database),
+        PostgresOutboxSource(database, settling=bool(settings.heartbeat_topics)),
         KafkaTransactionalPublisher(settings, partition, owner),
         owner=owner,
         batch_size=settings.batch_size,

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Connection, Row, text
 
 from relay.errors import InvalidEventError
 from relay.postgres.engine import Database
+from relay.postgres.outbox_horizon import HELD_UP_WARNING_S, Horizons
 from relay.publishing.events import decode_headers
 from relay.publishing.types import Headers, OutboxIdentity, OutboxRecord, Settled
 
@@ -73,26 +72,6 @@ _FETCH_LEGACY = text(
 _HAS_LEGACY = text(
     "SELECT EXISTS (SELECT FROM outbox WHERE partition = :partition AND seq > :after)"
 )
-# How far the partition is settled: every position at or below it is committed and
-# visible, or will never exist. NULL when a writer that does not finish holds it up.
-# With it, the database time as of which that holds for every commit, the partition's
-# highest position at or below it, and the relay partition count (0010_mirror_freshness).
-_HORIZON = text(
-    "SELECT horizon, top, (extract(epoch FROM as_of) * 1000)::int8, partitions "
-    "FROM outbox_horizon_as_of(:partition)"
-)
-HORIZON_BLOCKERS = text(
-    """
-    SELECT coalesce('prepared transaction ' || quote_literal(x.gid),
-                    'backend ' || l.pid || coalesce(' (' || a.state || ' since '
-                    || date_trunc('second', a.state_change) || ')', ''))
-    FROM pg_locks l
-    LEFT JOIN pg_stat_activity a ON a.pid = l.pid
-    LEFT JOIN pg_prepared_xacts x ON l.virtualtransaction = '-1/' || x.transaction
-    WHERE l.locktype = 'advisory' AND l.classid = 2827 AND l.objid = :partition
-      AND l.objsubid = 2 AND l.granted
-    """
-)
 _HIGH_WATER = text(
     """
     SELECT greatest(
@@ -148,8 +127,6 @@ _DEAD_LETTER = text(
 _COUNT_CHANGE_PENDING = text(
     "SELECT barrier IS NOT NULL AND outbox_unpublished_up_to(barrier) FROM outbox_settings"
 )
-HELD_UP_WARNING_S = 10.0
-"""How long a partition's horizon may be held up before each warning."""
 
 log = logging.getLogger(__name__)
 
@@ -177,12 +154,17 @@ class BatchEnds:
 class PostgresOutboxSource:
     """Implements :class:`relay.publishing.ports.OutboxSource` on the ``outbox`` table."""
 
-    def __init__(self, database: Database, *, held_up_warning_s: float = HELD_UP_WARNING_S) -> None:
+    def __init__(
+        self,
+        database: Database,
+        *,
+        held_up_warning_s: float = HELD_UP_WARNING_S,
+        settling: bool = False,
+    ) -> None:
+        """``settling``: learn what each horizon vouches for (:meth:`settled`); without,
+        :meth:`settled` stays None."""
         self._database = database
-        self._held_up_warning_s = held_up_warning_s
-        self._horizons: dict[int, int] = {}
-        self._held_up_since: dict[int, float] = {}
-        self._settled: dict[int, Settled] = {}
+        self._horizons = Horizons(held_up_warning_s=held_up_warning_s, settling=settling)
         self._without_legacy: set[int] = set()  # partitions with no row of a seq of its own
         self._batch_ends = BatchEnds()
 
@@ -200,35 +182,10 @@ class PostgresOutboxSource:
                     yield conn.execution_options(isolation_level="AUTOCOMMIT")
 
     def _horizon(self, conn: Connection, partition: int) -> int:
-        """The partition's settled position (0007_commit_markers), or the last one learnt
-        when a writer holds it up; in a transaction of its own (``conn`` is in
-        autocommit), which releases the partition's lock at once."""
-        found, top, as_of_ms, partitions = conn.execute(_HORIZON, {"partition": partition}).one()
-        conn.commit()
-        if found is not None:
-            self._horizons[partition] = int(found)
-            self._held_up_since.pop(partition, None)
-            if as_of_ms is not None:
-                self._settled[partition] = Settled(int(top), int(as_of_ms), int(partitions))
-            return int(found)
-        now = time.monotonic()
-        since = self._held_up_since.setdefault(partition, now)
-        if now - since >= self._held_up_warning_s:
-            blockers = conn.execute(HORIZON_BLOCKERS, {"partition": partition}).scalars()
-            conn.commit()
-            log.warning(
-                "relay partition %d: publishing is held up for %.0f s by a transaction that "
-                "wrote to it and does not finish: %s (commit or roll it back; "
-                "docs/operations.md)",
-                partition,
-                now - since,
-                ", ".join(blockers) or "unknown",
-            )
-            self._held_up_since[partition] = now
-        return self._horizons.get(partition, 0)
+        return self._horizons.read(conn, partition)
 
     def settled(self, partition: int) -> Settled | None:
-        return self._settled.get(partition)
+        return self._horizons.settled.get(partition)
 
     def high_water(self, partition: int) -> int:
         with self._connection("reading the outbox") as conn:
@@ -258,9 +215,8 @@ class PostgresOutboxSource:
                 # Only rows just dead-lettered, or positions whose rows are gone: read on
                 # from the last position seen rather than end the batch empty.
                 after = max(int(row[-1]) for row in rows)
-        found = self._settled.get(partition)
-        if found is not None and up_to == settled:  # nothing is left up to the horizon
-            self._settled[partition] = replace(found, top=min(found.top, after_seq))
+        if up_to == settled:  # nothing is left up to the horizon
+            self._horizons.drained(partition, after_seq)
         return []
 
     def _read(

@@ -12,7 +12,7 @@ from datetime import datetime
 from sqlalchemy import text
 
 from relay.postgres.engine import Database
-from relay.postgres.outbox_source import HORIZON_BLOCKERS
+from relay.postgres.outbox_horizon import HORIZON_BLOCKERS
 
 # HORIZON_BLOCKERS: the holders of a relay partition's lock, named as in the relay's own
 # warning (one query for both; docs/operations.md, "A relay partition held up ...").

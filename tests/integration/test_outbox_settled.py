@@ -32,7 +32,7 @@ def engine(relay_env: RelayTestEnv) -> Iterator[sa.Engine]:
 @pytest.fixture
 def source(engine: sa.Engine, relay_env: RelayTestEnv) -> PostgresOutboxSource:
     database = Database(engine, Secret(relay_env.database_url))
-    return PostgresOutboxSource(database, held_up_warning_s=60)
+    return PostgresOutboxSource(database, held_up_warning_s=60, settling=True)
 
 
 def _write(engine: sa.Engine) -> tuple[int, datetime]:
