@@ -39,10 +39,10 @@ from relay.mirroring.types import (
     TopicIdentity,
     TopicPartitionKey,
 )
+from relay.postgres import mirror_freshness as freshness
 from relay.postgres.engine import Database, open_database
 from relay.postgres.migrations import check_schema
 from relay.postgres.mirror_catalog import resolve_tables
-from relay.postgres.mirror_freshness import Freshness, group_freshness, record_table_topics
 from relay.postgres.mirror_store import (
     PostgresMirrorStore,
     group_offsets,
@@ -103,7 +103,7 @@ def prepare(settings: MirrorSettings, database: Database) -> Prepared:
         mapping = mapping.restricted_to(settings.topics)
     tables, reflected = resolve_tables(database, mapping)
     # Every topic of each table, also those other instances mirror (the freshness view).
-    record_table_topics(database, settings.group, full.tables)
+    freshness.record_table_topics(database, settings.group, full.tables)
     identities = kafka_topics(settings, mapping)
     partitions = tuple((t, p) for t, i in identities.items() for p in range(i.partitions))
     return Prepared(mapping, tables, reflected, partitions, identities)
@@ -240,7 +240,8 @@ class MirrorService:
                 )
                 stream.subscribe(prepared.mapping.topics, loop)
             self.metrics.started(None if stable is None else stable.last_stable_offsets)
-            self.metrics.freshness(partial(_complete_through, database, self._settings.group))
+            group = self._settings.group
+            self.metrics.freshness(partial(freshness.complete_through, database, group))
             return loop.run(stream, self.stop_event)
         finally:
             self.metrics.stopped()
@@ -302,17 +303,11 @@ def lag_report(settings: MirrorSettings, *, checked: bool = False) -> list[LagRo
     return [LagRow(t, p, _next(stored, (t, p)), stable[(t, p)]) for t, p in prepared.partitions]
 
 
-def _complete_through(database: Database, group: str, _: object) -> dict[str, float]:
-    """Each table's complete-through time, for the metrics (tables not known left out)."""
-    found = group_freshness(database, group)
-    return {f.table: f.complete_through.timestamp() for f in found if f.complete_through}
-
-
-def table_freshness(settings: MirrorSettings) -> list[Freshness]:
+def table_freshness(settings: MirrorSettings) -> list[freshness.Freshness]:
     """How complete each mirrored table of the group is (``relay_mirror_freshness``)."""
     database = _database(settings, pooled=False)
     try:
-        return group_freshness(database, settings.group)
+        return freshness.group_freshness(database, settings.group)
     finally:
         database.dispose()
 

@@ -103,3 +103,10 @@ def group_freshness(database: Database, group: str) -> list[Freshness]:
     with database.connect("reading relay_mirror_freshness", retriable=True) as conn:
         rows = conn.execute(_FRESHNESS, {"group": group}).all()
     return [Freshness(r.table_name, r.complete_through, r.lag_s) for r in rows]
+
+
+def complete_through(database: Database, group: str, _: object = None) -> dict[str, float]:
+    """Each table's complete-through time in seconds since the epoch, for the metrics
+    (tables not known left out)."""
+    found = group_freshness(database, group)
+    return {f.table: f.complete_through.timestamp() for f in found if f.complete_through}

@@ -20,6 +20,7 @@ from relay.errors import ProducerFencedError, TopicMissingError, UndeliverableEv
 from relay.kafka.publisher import KafkaTransactionalPublisher
 from relay.publishing.ports import TransactionalPublisher
 from relay.publishing.types import CommittedPosition, OutboxRecord
+from relay.runtime.heartbeat import HEARTBEAT_HEADER, Heartbeat, decode_heartbeat
 from relay.runtime.secrets import Secret
 from relay.settings.connections import Connections, KafkaSettings
 from relay.settings.relay import RelaySettings
@@ -52,6 +53,12 @@ class PublisherHarness(Protocol):
         """Outbox ids of the committed records of ``topic``, in offset order."""
         ...
 
+    def heartbeat_topic(self, partitions: int) -> str: ...
+
+    def heartbeats(self, topic: str) -> list[tuple[int, Heartbeat]]:
+        """(partition, heartbeat) of the committed heartbeats of ``topic``, by partition."""
+        ...
+
 
 class MemoryHarness:
     def __init__(self) -> None:
@@ -76,6 +83,21 @@ class MemoryHarness:
 
     def published(self, topic: str) -> list[int]:
         return [r.id for r in self.kafka.committed if r.topic == topic]
+
+    def heartbeat_topic(self, partitions: int) -> str:
+        assert self.kafka.topics is not None
+        self.kafka.topics["beats"] = MemoryTopic(partitions=partitions)
+        return "beats"
+
+    def heartbeats(self, topic: str) -> list[tuple[int, Heartbeat]]:
+        assert self.kafka.topics is not None
+        found = [
+            (partition, beat)
+            for topics, beat, _ in self.kafka.heartbeats
+            if topic in topics
+            for partition in range(self.kafka.topics[topic].partitions)
+        ]
+        return sorted(found, key=lambda pair: pair[0])
 
 
 class KafkaHarness:
@@ -117,7 +139,23 @@ class KafkaHarness:
         records = read_committed(
             self.settings.kafka.bootstrap_servers, topic, TIMEOUT_S, {"fetch.wait.max.ms": "10"}
         )
-        return [r.outbox_id for r in records]
+        return [r.outbox_id for r in records if HEARTBEAT_HEADER not in r.headers]
+
+    def heartbeat_topic(self, partitions: int) -> str:
+        return self._make_topic("contract-beats", partitions=partitions)
+
+    def heartbeats(self, topic: str) -> list[tuple[int, Heartbeat]]:
+        self._watermarks.wait_settled(topic, 0)
+        records = read_committed(
+            self.settings.kafka.bootstrap_servers, topic, TIMEOUT_S, {"fetch.wait.max.ms": "10"}
+        )
+        found = []
+        for r in records:
+            if HEARTBEAT_HEADER in r.headers:
+                beat = decode_heartbeat(r.value)
+                assert beat is not None and r.key == beat.key
+                found.append((r.partition, beat))
+        return found
 
     def close(self) -> None:
         for publisher in self.publishers:
@@ -359,3 +397,33 @@ def test_a_reset_instance_fences_its_successor_only_when_it_fences_again(
         successor.commit(1)
     publish(publisher, [rec(1, kafka.topic)])
     assert kafka.published(kafka.topic) == [1]
+
+
+def test_heartbeats_go_to_every_partition_with_their_transaction(kafka: PublisherHarness) -> None:
+    beats = kafka.heartbeat_topic(partitions=2)
+    publisher = kafka.publisher(0)
+    publisher.fence()
+    aborted, committed = (
+        Heartbeat(OWNER.database_id, 0, 4, 1_000),
+        Heartbeat(OWNER.database_id, 0, 4, 2_000),
+    )
+    publisher.begin()
+    publisher.send([rec(1, beats)])
+    publisher.send_heartbeats([beats], aborted)
+    publisher.abort()
+    publisher.begin()
+    publisher.send([rec(2, beats)])
+    publisher.send_heartbeats([beats], committed)
+    publisher.commit(2)
+    assert kafka.heartbeats(beats) == [(0, committed), (1, committed)]
+    assert kafka.published(beats) == [2]
+
+
+def test_a_missing_heartbeat_topic_fails_the_transaction(kafka: PublisherHarness) -> None:
+    publisher = kafka.publisher(0)
+    publisher.fence()
+    publisher.begin()
+    with pytest.raises(TopicMissingError):
+        publisher.send_heartbeats([kafka.missing_topic()], Heartbeat(OWNER.database_id, 0, 4, 1))
+    publisher.abort()
+    assert kafka.publisher(0).fence().position == 0

@@ -115,6 +115,7 @@ class MemoryTopic:
 
     max_message_bytes: int | None = None
     compacted: bool = False
+    partitions: int = 1
 
 
 @dataclass
