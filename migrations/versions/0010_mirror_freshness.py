@@ -20,7 +20,9 @@ event committed before T applied), least of all on a quiet topic. Now (docs/mirr
   relay partition count.
 * ``mirror_heartbeats``: per consumer group, Kafka partition, outbox database and relay
   partition, the latest ``complete_through`` the mirror has applied the partition
-  through; written in the same transaction as the batch's offset (I4).
+  through, and the heartbeat's offset; written in the same transaction as the batch's
+  offset (I4). It counts only while the stored offset is past it (a partition replayed
+  from an earlier offset is unknown until the replay passes it again).
 * ``mirror_table_topics``: which topics feed which mirrored table, per consumer group,
   recorded by the mirror at start-up from its mapping.
 * ``relay_mirror_freshness``: per consumer group and mirrored table, ``complete_through``
@@ -78,6 +80,7 @@ CREATE TABLE mirror_heartbeats (
   relay_partition integer NOT NULL,
   relay_partitions integer NOT NULL,
   complete_through timestamptz NOT NULL,
+  heartbeat_offset bigint NOT NULL,
   updated_at timestamptz NOT NULL DEFAULT now(),
   CONSTRAINT mirror_heartbeats_pkey
     PRIMARY KEY (consumer_group, topic, partition, source_database_id, relay_partition),
@@ -95,22 +98,28 @@ CREATE TABLE mirror_table_topics (
 # Per table: the minimum over its topics; per topic over its partitions (as many as the
 # mirror last recorded in mirror_offsets); per partition over the outbox databases that
 # sent heartbeats; per database over its relay partitions (as many as its newest
-# heartbeat says). One missing anywhere: NULL.
+# heartbeat says). Only heartbeats below the partition's stored offset count (a partition
+# replayed from an earlier offset, its table maybe emptied, is complete again once the
+# replay passes them). One missing anywhere: NULL.
 _VIEW = """
 CREATE VIEW relay_mirror_freshness AS
 WITH topic_sizes AS (
   SELECT consumer_group, topic, max(topic_partitions) AS partitions
   FROM mirror_offsets GROUP BY consumer_group, topic
+), applied AS (
+  SELECT h.* FROM mirror_heartbeats h
+  JOIN mirror_offsets o USING (consumer_group, topic, partition)
+  WHERE h.heartbeat_offset < o.next_offset
 ), counts AS (
   SELECT DISTINCT ON (consumer_group, topic, partition, source_database_id)
          consumer_group, topic, partition, source_database_id, relay_partitions
-  FROM mirror_heartbeats
+  FROM applied
   ORDER BY consumer_group, topic, partition, source_database_id, complete_through DESC
 ), per_source AS (
   SELECT c.consumer_group, c.topic, c.partition,
          CASE WHEN count(*) = c.relay_partitions THEN min(h.complete_through) END AS through
   FROM counts c
-  JOIN mirror_heartbeats h USING (consumer_group, topic, partition, source_database_id)
+  JOIN applied h USING (consumer_group, topic, partition, source_database_id)
   WHERE h.relay_partition < c.relay_partitions
   GROUP BY c.consumer_group, c.topic, c.partition, c.source_database_id, c.relay_partitions
 ), per_partition AS (

@@ -16,17 +16,20 @@ from relay.mirroring.types import Decoded
 from relay.postgres.engine import Database
 from relay.runtime.heartbeat import Heartbeat
 
-# Only ever forward: a replay of older heartbeats changes nothing.
+# Forward in time; back only in a replay (a heartbeat at or before the stored one's offset:
+# the partition was set back, and the stored one counts only once passed again).
 _STORE = sa.text(
     """
     INSERT INTO mirror_heartbeats AS h (consumer_group, topic, partition, source_database_id,
-      relay_partition, relay_partitions, complete_through)
+      relay_partition, relay_partitions, complete_through, heartbeat_offset)
     VALUES (:group, :topic, :partition, :database_id, :relay_partition, :relay_partitions,
-      :complete_through)
+      :complete_through, :offset)
     ON CONFLICT (consumer_group, topic, partition, source_database_id, relay_partition)
     DO UPDATE SET complete_through = excluded.complete_through,
-      relay_partitions = excluded.relay_partitions, updated_at = now()
+      relay_partitions = excluded.relay_partitions,
+      heartbeat_offset = excluded.heartbeat_offset, updated_at = now()
     WHERE h.complete_through < excluded.complete_through
+       OR h.heartbeat_offset >= excluded.heartbeat_offset
     """
 )
 _FORGET_TABLES = sa.text(
@@ -52,16 +55,17 @@ class Freshness:
     lag_s: float | None
 
 
-def latest_heartbeats(items: Iterable[Decoded]) -> list[Heartbeat]:
-    """The latest heartbeat of each outbox database and relay partition among ``items``."""
-    latest: dict[tuple[str, int], Heartbeat] = {}
+def latest_heartbeats(items: Iterable[Decoded]) -> list[tuple[Heartbeat, int]]:
+    """The latest heartbeat of each outbox database and relay partition among ``items``
+    (records of one partition, in offset order), with its offset."""
+    latest: dict[tuple[str, int], tuple[Heartbeat, int]] = {}
     for item in items:
         beat = item.heartbeat
         if beat is None:
             continue
         known = latest.get((beat.database_id, beat.relay_partition))
-        if known is None or beat.complete_through_ms > known.complete_through_ms:
-            latest[(beat.database_id, beat.relay_partition)] = beat
+        if known is None or beat.complete_through_ms > known[0].complete_through_ms:
+            latest[(beat.database_id, beat.relay_partition)] = (beat, item.record.offset)
     return list(latest.values())
 
 
@@ -82,8 +86,9 @@ def store_heartbeats(
                     "relay_partition": beat.relay_partition,
                     "relay_partitions": beat.relay_partitions,
                     "complete_through": beat.complete_through,
+                    "offset": offset,
                 }
-                for beat in beats
+                for beat, offset in beats
             ],
         )
 

@@ -317,3 +317,24 @@ def test_a_mirror_of_a_replica_has_the_same_freshness(
     )[0][0]
     assert isinstance(through, datetime) and through >= committed
     assert setup.env.sql("SELECT n FROM items WHERE id = 'a'") == [(1,)]
+
+
+@pytest.mark.long(40)
+def test_a_table_filled_again_from_the_start_is_unknown_until_the_replay_passes(
+    setup: Setup,
+) -> None:
+    committed = setup.write(setup.beats, "a", 1)
+    assert run_relay(setup.env, "run", "--once", "--heartbeat-topics", setup.beats).returncode == 0
+    assert setup.mirror.run("--once").returncode == 0
+    assert setup.vouched("a", committed)
+
+    # Filled again from the start: emptied, its topic replayed from offset 0.
+    setup.env.sql("DELETE FROM items")
+    setup.env.sql(
+        "UPDATE mirror_offsets SET next_offset = 0 WHERE consumer_group = 'fresh' AND topic = :t",
+        t=setup.beats,
+    )
+    assert setup.through("items") is None
+    assert not setup.vouched("a", committed)
+    assert setup.mirror.run("--once", "--batch-size", "1").returncode == 0
+    assert setup.vouched("a", committed)
