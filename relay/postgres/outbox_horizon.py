@@ -16,9 +16,10 @@ from relay.publishing.types import Settled
 _HORIZON = text("SELECT outbox_horizon(:partition), NULL, NULL, NULL")
 # With it, for heartbeats: the database time as of which that holds for every commit, the
 # partition's highest position at or below it, and the relay partition count. About a
-# third slower (0.1-0.2 ms); only a relay that sends heartbeats asks it.
+# third slower (0.1-0.2 ms); only a relay that sends heartbeats asks it. Milliseconds
+# rounded down: a time rounded up could pass a commit made just after the lock was let go.
 _HORIZON_AS_OF = text(
-    "SELECT horizon, top, (extract(epoch FROM as_of) * 1000)::int8, partitions "
+    "SELECT horizon, top, floor(extract(epoch FROM as_of) * 1000)::int8, partitions "
     "FROM outbox_horizon_as_of(:partition)"
 )
 HORIZON_BLOCKERS = text(
