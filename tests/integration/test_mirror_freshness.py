@@ -10,6 +10,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -338,3 +339,13 @@ def test_a_table_filled_again_from_the_start_is_unknown_until_the_replay_passes(
     assert not setup.vouched("a", committed)
     assert setup.mirror.run("--once", "--batch-size", "1").returncode == 0
     assert setup.vouched("a", committed)
+
+
+def test_a_missing_heartbeat_topic_stops_the_relay_at_start_up(relay_env: RelayTestEnv) -> None:
+    missing = f"missing-beats-{uuid.uuid4().hex[:8]}"
+    done = run_relay(relay_env, "run", "--once", "--heartbeat-topics", missing)
+    assert done.returncode == 4, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"relay: error: heartbeat topic {missing} (--heartbeat-topics, RELAY_HEARTBEAT_TOPICS) "
+        "does not exist in Kafka"
+    )
