@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -20,7 +22,8 @@ from tests.integration.mirror_support import (
     mirror_env,
     records_of,
 )
-from tests.integration.support import RelayTestEnv, start_relay, wait_until
+from tests.integration.support import RelayTestEnv, run_relay, start_relay, wait_until
+from tests.integration.test_shared_partitions import drained, holdings
 from tests.integration.writes import publish_events
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -172,3 +175,90 @@ def test_relay_mirror_serves_applied_records_and_lag(
         service.terminate()
         service.wait(60)
     assert service.returncode == 0, log.read_text()
+
+
+def _partitions_exported(port: int) -> dict[str, set[str]] | None:
+    """Per partition-labelled relay series name, the relay partitions it is exported for
+    (None while the process does not serve yet)."""
+    if get(port, "/healthz")[0] != 200:
+        return None
+    found: dict[str, set[str]] = {}
+    for (name, labels), _ in scrape(port).items():
+        if name.startswith("relay_outbox_") and "partition" in dict(labels):
+            found.setdefault(name, set()).add(dict(labels)["partition"])
+    return found
+
+
+def _exports_only(port: int, held: set[int]) -> bool:
+    exported = _partitions_exported(port)
+    if exported is None:
+        return False
+    expected = {str(p) for p in held}
+    # Every series, relay_outbox_fencings_total too: a member handing a partition on is
+    # not fenced (one fenced out of it keeps that count while the partition exists).
+    return all(found == expected for found in exported.values()) and (
+        not held or "relay_outbox_position" in exported
+    )
+
+
+@pytest.mark.long(40)
+def test_a_relay_stops_exporting_the_partitions_it_no_longer_holds(
+    relay_env: RelayTestEnv, topic: str, tmp_path: Path
+) -> None:
+    """Handed over to another member, or gone when the count is lowered: a process's
+    series of a partition go with it (no position of 17 while the real one is 422)."""
+    ports = free_ports(2)
+    logs = [tmp_path / "relay-a.log", tmp_path / "relay-b.log"]
+
+    def explain() -> str:
+        shown = [f"--- {log.name}\n{log.read_text()[-4000:]}" for log in logs if log.exists()]
+        return "\n".join(shown + [f"--- :{p} {_partitions_exported(p)}" for p in ports])
+
+    def member(port: int, log: Path) -> subprocess.Popen[str]:
+        return start_relay(
+            relay_env,
+            "run",
+            "--metrics-port",
+            str(port),
+            log=log,
+            RELAY_MEMBER_SESSION_TIMEOUT_MS="6000",
+        )
+
+    members = [member(ports[0], logs[0])]
+    try:
+        publish_events(
+            relay_env.database_url, [relay.Event(topic, f"k{n}", {"n": n}) for n in range(40)]
+        )
+        wait_until(
+            lambda: _exports_only(ports[0], {0, 1, 2, 3}), 60, "all four partitions", explain
+        )
+        wait_until(lambda: drained(relay_env), 60, "the rows to be published", explain)
+        lowered = run_relay(relay_env, "db", "partitions", "2")
+        assert lowered.returncode == 0, lowered.stderr
+        wait_until(
+            lambda: _exports_only(ports[0], {0, 1}),
+            60,
+            "the series of partitions 2 and 3 to go once the count is 2",
+            explain,
+        )
+        members.append(member(ports[1], logs[1]))
+
+        def shared() -> bool:
+            held = [holdings(log) for log in logs]
+            return bool(held[1]) and not held[0] & held[1] and held[0] | held[1] == {0, 1}
+
+        wait_until(shared, 90, "the second member to take a partition over", explain)
+        wait_until(
+            lambda: all(
+                _exports_only(p, holdings(log)) for p, log in zip(ports, logs, strict=True)
+            ),
+            30,
+            "each member to export the partitions it holds, and only those",
+            explain,
+        )
+    finally:
+        for process in members:
+            process.terminate()
+        for process in members:
+            process.wait(60)
+    assert [p.returncode for p in members] == [0, 0], explain()

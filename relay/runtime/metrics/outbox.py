@@ -63,6 +63,9 @@ class OutboxMetrics(ProcessMetrics):
             self._dead_letters,
         )
         self._positions: dict[int, int] = {}
+        self._exported: set[int] = set()  # the partitions whose series are exported
+        self._range: set[int] = set()  # the relay partitions there are (as expected)
+        self._fenced_here: set[int] = set()
         self._backlog: Sampled[int, Backlog] = Sampled("reading the pending rows", self._clock)
 
     def expect(
@@ -74,14 +77,45 @@ class OutboxMetrics(ProcessMetrics):
     ) -> None:
         """The start-up checks passed: ``partitions`` must run to be ready (``shared``:
         only those the members group gives this process, as they start). ``backlog``
-        answers per relay partition for its position (asked at scrape time)."""
+        answers per relay partition for its position (asked at scrape time). The series
+        of partitions this process does not run now go (a lowered count; a sharing
+        process holds none until the group gives it some)."""
+        partitions = list(partitions)
+        with self._lock:
+            known, self._range = self._exported | self._range, set(partitions)
+        for partition in known - (set() if shared else self._range):
+            self._drop(partition, gone=partition not in self._range)
         names = []
         for partition in partitions:
             names.append(_partition(partition))
-            for counter in self._counters:
-                counter.labels(str(partition))  # a 0 from the start, for rate() and alerts
+            if not shared:
+                self._export(partition)
         self.readiness.checked(() if shared else names)
         self._backlog.use(lambda _partitions: backlog(self._known_positions()))
+
+    def _export(self, partition: int) -> None:
+        """A 0 from the start in every counter of ``partition``, for rate() and alerts."""
+        with self._lock:
+            if partition in self._exported:
+                return
+            self._exported.add(partition)
+        for counter in self._counters:
+            counter.labels(str(partition))
+
+    def _drop(self, partition: int, *, gone: bool) -> None:
+        """Stop exporting ``partition``'s series: another process publishes it now, or
+        (``gone``) it is beyond the relay partition count. ``relay_outbox_fencings`` of a
+        partition this process was fenced out of stays while the partition exists: it
+        counts what happened here, whoever holds the partition now."""
+        with self._lock:
+            self._exported.discard(partition)
+            self._positions.pop(partition, None)
+            keep_fencings = partition in self._fenced_here and not gone
+            if gone:
+                self._fenced_here.discard(partition)
+        for metric in (*self._counters, self._position):
+            if metric is not self._fenced or not keep_fencings:
+                metric.remove(str(partition))
 
     def _known_positions(self) -> dict[int, int]:
         with self._lock:
@@ -90,6 +124,7 @@ class OutboxMetrics(ProcessMetrics):
     # -- RelayObserver (relay.publishing.ports) ----------------------------------------
 
     def running(self, partition: int, position: int) -> None:
+        self._export(partition)
         with self._lock:
             self._positions[partition] = position
         self._position.labels(str(partition)).set(position)
@@ -103,6 +138,7 @@ class OutboxMetrics(ProcessMetrics):
         self._duration.observe(seconds)
 
     def retrying(self, partition: int) -> None:
+        self._export(partition)
         self._retries.labels(str(partition)).inc()
         self.readiness.set(_partition(partition), State.RETRYING)
 
@@ -112,16 +148,18 @@ class OutboxMetrics(ProcessMetrics):
     # -- what only relay.commands sees ------------------------------------------------
 
     def fenced(self, partition: int) -> None:
+        with self._lock:
+            self._fenced_here.add(partition)
         self._fenced.labels(str(partition)).inc()
 
     def stopped(self, partition: int) -> None:
         self.readiness.set(_partition(partition), State.STOPPED)
 
     def released(self, partition: int) -> None:
-        """Another member of the group publishes ``partition`` now (or will)."""
+        """Another member of the group publishes ``partition`` now (or will): its series
+        go (:meth:`_drop`)."""
         self.readiness.forget(_partition(partition))
-        with self._lock:
-            self._positions.pop(partition, None)
+        self._drop(partition, gone=False)
 
     def collect(self) -> Iterator[Metric]:
         yield from super().collect()
@@ -135,7 +173,10 @@ class OutboxMetrics(ProcessMetrics):
             f"Rows in outbox_dead_letters (asked at most every {QUERY_EVERY_S:g} s)",
             labels=["partition"],
         )
-        for partition, found in sorted(self._backlog.get(self._known_positions()).items()):
+        positions = self._known_positions()
+        backlog = self._backlog.get(positions)  # a last answer may name partitions gone since
+        for partition in sorted(positions.keys() & backlog.keys()):
+            found = backlog[partition]
             pending.add_metric([str(partition)], found.pending)
             dead.add_metric([str(partition)], found.dead_letters)
         yield pending

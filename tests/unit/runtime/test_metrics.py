@@ -163,7 +163,9 @@ def test_batches_transactions_and_positions_are_counted() -> None:
     assert sample(metrics, "relay_outbox_transactions_committed_total", partition="0") == 3
     assert sample(metrics, "relay_outbox_batch_duration_seconds_count") == 3
     assert sample(metrics, "relay_outbox_position", partition="0") == 7
-    assert sample(metrics, "relay_outbox_transactions_aborted_total", partition="0") is None
+    assert (
+        sample(metrics, "relay_outbox_transactions_aborted_total", partition="0") == 0
+    )  # a 0 from the start
 
 
 def test_a_keep_alive_is_a_transaction_without_records() -> None:
@@ -221,6 +223,35 @@ def test_a_fenced_or_stopped_partition_is_not_ready() -> None:
     assert metrics.readiness.check() == (False, "relay partition 1 stopped")
     assert sample(metrics, "relay_outbox_fencings_total", partition="1") == 1
     assert sample(metrics, "relay_ready") == 0
+
+
+def test_a_partition_handed_on_or_beyond_a_lowered_count_is_no_longer_exported() -> None:
+    metrics = OutboxMetrics(clock=FakeClock())
+    metrics.expect(
+        [0, 1, 2], lambda positions: dict.fromkeys(positions, Backlog(3, 0)), shared=True
+    )
+    assert sample(metrics, "relay_outbox_records_published_total", partition="0") is None
+    for partition in (0, 1, 2):
+        metrics.running(partition, 17)
+    assert sample(metrics, "relay_outbox_pending_rows", partition="1") == 3
+    metrics.fenced(1)
+    metrics.released(1)  # fenced, or revoked by the members group
+    assert sample(metrics, "relay_outbox_pending_rows", partition="1") is None  # not asked again
+    assert sample(metrics, "relay_outbox_position", partition="1") is None
+    assert sample(metrics, "relay_outbox_records_published_total", partition="1") is None
+    assert sample(metrics, "relay_outbox_fencings_total", partition="1") == 1  # it happened here
+    assert sample(metrics, "relay_outbox_position", partition="0") == 17
+    metrics.fenced(2)
+    metrics.released(2)
+    metrics.expect([0, 1], lambda positions: {}, shared=True)  # the count lowered to 2
+    assert sample(metrics, "relay_outbox_position", partition="2") is None
+    assert sample(metrics, "relay_outbox_fencings_total", partition="2") is None  # gone
+    assert sample(metrics, "relay_outbox_fencings_total", partition="1") == 1
+    assert sample(metrics, "relay_outbox_retries_total", partition="2") is None
+    assert sample(metrics, "relay_outbox_position", partition="0") is None  # taken again, or not
+    metrics.running(1, 422)
+    assert sample(metrics, "relay_outbox_position", partition="1") == 422
+    assert sample(metrics, "relay_outbox_records_published_total", partition="1") == 0
 
 
 def test_the_backlog_is_asked_at_most_every_ten_seconds_and_at_once_about_new_partitions() -> None:
