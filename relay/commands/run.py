@@ -280,10 +280,13 @@ def _commit_watch(
 
 
 def backlog(database: Database, positions: Mapping[int, int]) -> dict[int, Backlog]:
-    """Per relay partition, the rows pending above its position and the dead letters (the
-    query of `relay status`; the metrics ask it at most every 10 s)."""
+    """Per relay partition, the rows pending above its position, the oldest one's age and
+    the dead letters (the query of `relay status`; the metrics ask it at most every 10 s)."""
     _, found = outbox_status(database, positions)
-    return {row.partition: Backlog(row.pending, row.dead_letters) for row in found}
+    return {
+        row.partition: Backlog(row.pending, row.dead_letters, row.oldest_pending_age_s)
+        for row in found
+    }
 
 
 def plan_relay_job(settings: RelaySettings, requested: Sequence[int] | None) -> list[int]:

@@ -308,7 +308,8 @@ class PartitionRelay:
             self.heartbeats.sent(heartbeat, self._committed_at)
         self._limits.committed(self._committed_at - opened)
         self._observer.transaction(self.partition, committed=True)
-        self._observer.published(self.partition, len(records), self._committed_at - began)
+        times = [r.timestamp_ms for r in records]  # each row's created_at, in ms
+        self._observer.published(self.partition, len(records), self._committed_at - began, times)
         self._failpoints.hit("after_commit", self.partition)
         if self._committed_at - self._housekept_at >= self._housekeeping_every_s:
             self.housekeep()

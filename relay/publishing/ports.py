@@ -122,8 +122,11 @@ class RelayObserver(Protocol):
     def transaction(self, partition: int, committed: bool) -> None:
         """A Kafka transaction (a batch, or a keep-alive of the position) ended."""
 
-    def published(self, partition: int, records: int, seconds: float) -> None:
-        """A batch committed ``records`` rows, ``seconds`` after its fetch began."""
+    def published(
+        self, partition: int, records: int, seconds: float, event_times_ms: Sequence[int] = ()
+    ) -> None:
+        """A batch committed ``records`` rows, ``seconds`` after its fetch began, just now;
+        ``event_times_ms``: each row's created_at (its Kafka timestamp; 0: none)."""
 
     def retrying(self, partition: int) -> None:
         """A batch failed with a transient error and waits to be tried again."""
@@ -141,7 +144,9 @@ class NoObserver:
     def transaction(self, partition: int, committed: bool) -> None:
         pass
 
-    def published(self, partition: int, records: int, seconds: float) -> None:
+    def published(
+        self, partition: int, records: int, seconds: float, event_times_ms: Sequence[int] = ()
+    ) -> None:
         pass
 
     def retrying(self, partition: int) -> None:

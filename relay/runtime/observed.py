@@ -59,8 +59,10 @@ class OutboxProgressMetrics(OutboxMetrics):
                 return
             self.progress.add_total(sum(b.pending for b in found.values()))
 
-    def published(self, partition: int, records: int, seconds: float) -> None:
-        super().published(partition, records, seconds)
+    def published(
+        self, partition: int, records: int, seconds: float, event_times_ms: Sequence[int] = ()
+    ) -> None:
+        super().published(partition, records, seconds, event_times_ms)
         self.progress.advance(records)
 
     def dead_lettered(self, partition: int, rows: int) -> None:

@@ -83,6 +83,13 @@ def test_relay_run_serves_metrics_health_and_readiness(
             "no rows pending (asked at most every 10 s)",
         )
         samples = scrape(port)
+        assert by_label(samples, "relay_outbox_oldest_pending_age_seconds", "partition") == (
+            dict.fromkeys("0123", 0)
+        )
+        # Every event timed from its created_at (the Kafka timestamp) to its commit.
+        assert samples[("relay_outbox_publish_latency_seconds_count", ())] == 300
+        latencies = samples[("relay_outbox_publish_latency_seconds_sum", ())]
+        assert 0 < latencies < 300 * 60
         assert total(samples, "relay_outbox_transactions_committed_total") >= 1
         assert total(samples, "relay_outbox_batch_duration_seconds_count") >= 1
         for name in (
@@ -125,6 +132,19 @@ def test_relay_run_is_not_ready_while_a_partition_retries(
         assert get(port, "/healthz")[0] == 200  # alive all the same
         assert total(scrape(port), "relay_outbox_transactions_aborted_total") > 0
         assert scrape(port)[("relay_ready", ())] == 0
+        wait_until(
+            lambda: (
+                max(
+                    by_label(
+                        scrape(port), "relay_outbox_oldest_pending_age_seconds", "partition"
+                    ).values(),
+                    default=0,
+                )
+                > 0
+            ),
+            30,
+            "the rows held up by the missing topic to age (asked at most every 10 s)",
+        )
         kafka_admin.create_topics([NewTopic(topic, 3, replication_factor=-1)])[topic].result(30)
         wait_until(
             lambda: total(scrape(port), "relay_outbox_records_published_total") == 20,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import NamedTuple
 
@@ -10,7 +10,13 @@ from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from relay.runtime.health import State
-from relay.runtime.metrics.base import BATCH_BUCKETS_S, QUERY_EVERY_S, ProcessMetrics, Sampled
+from relay.runtime.metrics.base import (
+    BATCH_BUCKETS_S,
+    QUERY_EVERY_S,
+    Latencies,
+    ProcessMetrics,
+    Sampled,
+)
 
 
 class Backlog(NamedTuple):
@@ -18,6 +24,7 @@ class Backlog(NamedTuple):
 
     pending: int  # rows above the partition's position
     dead_letters: int  # rows in outbox_dead_letters
+    oldest_pending_age_s: float | None = None  # None: nothing pending
 
 
 class OutboxMetrics(ProcessMetrics):
@@ -53,6 +60,11 @@ class OutboxMetrics(ProcessMetrics):
             "One batch: fetching its rows, sending them and committing the Kafka transaction",
             registry=self.registry,
             buckets=BATCH_BUCKETS_S,
+        )
+        self._latency = Latencies(
+            "relay_outbox_publish_latency_seconds",
+            "Per published event: its Kafka transaction's commit time minus the row's "
+            "created_at (the writing transaction's start)",
         )
         self._counters = (
             self._published,
@@ -133,9 +145,12 @@ class OutboxMetrics(ProcessMetrics):
     def transaction(self, partition: int, committed: bool) -> None:
         (self._committed if committed else self._aborted).labels(str(partition)).inc()
 
-    def published(self, partition: int, records: int, seconds: float) -> None:
+    def published(
+        self, partition: int, records: int, seconds: float, event_times_ms: Sequence[int] = ()
+    ) -> None:
         self._published.labels(str(partition)).inc(records)
         self._duration.observe(seconds)
+        self._latency.observe(self._wall(), event_times_ms)
 
     def retrying(self, partition: int) -> None:
         self._export(partition)
@@ -173,14 +188,23 @@ class OutboxMetrics(ProcessMetrics):
             f"Rows in outbox_dead_letters (asked at most every {QUERY_EVERY_S:g} s)",
             labels=["partition"],
         )
+        oldest = GaugeMetricFamily(
+            "relay_outbox_oldest_pending_age_seconds",
+            "The age of the oldest committed outbox row above the position, 0 when none "
+            f"(asked at most every {QUERY_EVERY_S:g} s)",
+            labels=["partition"],
+        )
         positions = self._known_positions()
         backlog = self._backlog.get(positions)  # a last answer may name partitions gone since
         for partition in sorted(positions.keys() & backlog.keys()):
             found = backlog[partition]
             pending.add_metric([str(partition)], found.pending)
             dead.add_metric([str(partition)], found.dead_letters)
+            oldest.add_metric([str(partition)], found.oldest_pending_age_s or 0.0)
         yield pending
         yield dead
+        yield oldest
+        yield self._latency.family()
 
 
 def _partition(partition: int) -> str:

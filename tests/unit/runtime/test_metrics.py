@@ -7,6 +7,7 @@ import socket
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import pytest
 
@@ -168,6 +169,21 @@ def test_batches_transactions_and_positions_are_counted() -> None:
     )  # a 0 from the start
 
 
+def test_each_published_event_is_timed_from_its_created_at_to_the_commit() -> None:
+    metrics, outbox, kafka = OutboxMetrics(wall=lambda: 1000.0), MemoryOutbox(), MemoryKafka()
+    times = {1: 999_950, 2: 998_000, 3: 0, 4: 1_000_200}  # 0: no time; 4: the writer's clock ahead
+    outbox.add(*(replace(record(0, s), timestamp_ms=ms) for s, ms in times.items()))
+    relay_with(metrics, outbox, kafka, batch_size=2).drain()
+    name = "relay_outbox_publish_latency_seconds"
+    assert sample(metrics, f"{name}_count") == 3
+    assert sample(metrics, f"{name}_sum") == pytest.approx(0.05 + 2.0)
+    assert sample(metrics, f"{name}_bucket", le="0.005") == 1  # the negative age: 0
+    assert sample(metrics, f"{name}_bucket", le="0.05") == 2
+    assert sample(metrics, f"{name}_bucket", le="1.0") == 2
+    assert sample(metrics, f"{name}_bucket", le="2.5") == 3
+    assert sample(metrics, f"{name}_bucket", le="+Inf") == 3
+
+
 def test_a_keep_alive_is_a_transaction_without_records() -> None:
     metrics, outbox, kafka = OutboxMetrics(), MemoryOutbox(), MemoryKafka()
     outbox.add(record(0, 1))
@@ -262,7 +278,8 @@ def test_the_backlog_is_asked_at_most_every_ten_seconds_and_at_once_about_new_pa
     def backlog(positions: Mapping[int, int]) -> dict[int, Backlog]:
         asked.append(dict(positions))
         return {
-            p: Backlog(pending=10 - position, dead_letters=1) for p, position in positions.items()
+            p: Backlog(pending=10 - position, dead_letters=1, oldest_pending_age_s=position / 2)
+            for p, position in positions.items()
         }
 
     metrics.expect([0, 1], backlog)
@@ -271,6 +288,7 @@ def test_the_backlog_is_asked_at_most_every_ten_seconds_and_at_once_about_new_pa
     metrics.running(0, 4)
     assert sample(metrics, "relay_outbox_pending_rows", partition="0") == 6
     assert sample(metrics, "relay_outbox_dead_letter_rows", partition="0") == 1
+    assert sample(metrics, "relay_outbox_oldest_pending_age_seconds", partition="0") == 2
     metrics.running(0, 9)
     clock.now += QUERY_EVERY_S - 1
     assert sample(metrics, "relay_outbox_pending_rows", partition="0") == 6  # the last answer
