@@ -74,12 +74,15 @@ def _mirror(args: argparse.Namespace) -> int:
             raise ConfirmationRequiredError("nothing changed: run it again with --yes to reset")
         return 0
     if args.lag:
-        print(f"{'topic':<30} {'partition':>9} {'applied up to':>13} {'stable':>10} {'lag':>8}")
-        for row in lag_report(settings):
+        print(
+            f"{'topic':<30} {'partition':>9} {'applied up to':>13} {'stable':>10} {'lag':>8} "
+            f"{'lag s':>10}"
+        )
+        for row in lag_report(settings, seconds=True):
             applied = "-" if row.next_offset is None else str(row.next_offset)
             print(
                 f"{row.topic:<30} {row.partition:>9} {applied:>13} "
-                f"{row.last_stable_offset:>10} {row.lag:>8}"
+                f"{row.last_stable_offset:>10} {row.lag:>8} {seconds_text(row.lag_s):>10}"
             )
         print(f"\n{'table':<30} {'complete through':>32} {'lag (s)':>10}")
         for fresh in table_freshness(settings):
@@ -99,6 +102,11 @@ def _mirror(args: argparse.Namespace) -> int:
         summary = service.run(once=args.once)
     print(describe_summary(summary))
     return 0
+
+
+def seconds_text(seconds: float | None) -> str:
+    """A lag in seconds as `relay mirror --lag` and `relay status` print it."""
+    return "-" if seconds is None else f"{seconds:,.1f}"
 
 
 def describe_summary(summary: MirrorSummary) -> str:

@@ -13,6 +13,7 @@ import logging
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from relay.cli.mirror import seconds_text
 from relay.errors import StatusCheckError
 from relay.settings.flags import (
     add_connection_flags,
@@ -86,13 +87,14 @@ def render_text(report: StatusReport, options: StatusOptions, failed: list[str])
         lines.append("mirror")
         lines.append(
             f"{'group':<20} {'topic':<30} {'partition':>9} {'applied up to':>13} "
-            f"{'stable':>10} {'lag':>8} {'dead letters':>12}"
+            f"{'stable':>10} {'lag':>8} {'dead letters':>12} {'lag s':>10}"
         )
     for m in report.mirror:
         applied = "-" if m.next_offset is None else str(m.next_offset)
         lines.append(
             f"{m.group:<20} {m.topic:<30} {m.partition:>9} {applied:>13} "
-            f"{m.last_stable_offset:>10} {m.lag:>8,} {m.dead_letters:>12,}"
+            f"{m.last_stable_offset:>10} {m.lag:>8,} {m.dead_letters:>12,} "
+            f"{seconds_text(m.lag_s):>10}"
         )
     if options.max_lag is not None or options.max_age_s is not None:
         lines.append(f"checks    {'FAILED' if failed else 'passed'} ({_limits(options)})")
@@ -137,6 +139,7 @@ def render_json(report: StatusReport, options: StatusOptions, failed: list[str])
                 "last_stable_offset": m.last_stable_offset,
                 "lag": m.lag,
                 "dead_letters": m.dead_letters,
+                "lag_s": None if m.lag_s is None else round(m.lag_s, 3),
             }
             for m in report.mirror
         ],

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -32,12 +33,14 @@ from relay.mirroring.topic_guard import (
     stale_offsets,
 )
 from relay.mirroring.types import (
+    LagRow,
     MirrorSummary,
     PartitionStats,
     ResolvedTable,
     StoredOffset,
     TopicIdentity,
     TopicPartitionKey,
+    with_lag_seconds,
 )
 from relay.postgres import mirror_freshness as freshness
 from relay.postgres.engine import Database, open_database
@@ -70,19 +73,6 @@ class Prepared:
     reflected: dict[str, sa.Table]
     partitions: tuple[TopicPartitionKey, ...]
     identities: dict[str, TopicIdentity]  # each mapped topic as Kafka has it
-
-
-@dataclass(frozen=True, slots=True)
-class LagRow:
-    topic: str
-    partition: int
-    next_offset: int | None  # None: nothing applied yet
-    last_stable_offset: int
-
-    @property
-    def lag(self) -> int:
-        """Records (and transaction markers) committed in Kafka but not yet applied."""
-        return max(0, self.last_stable_offset - (self.next_offset or 0))
 
 
 def _database(settings: MirrorSettings, *, pooled: bool = True) -> Database:
@@ -239,7 +229,10 @@ class MirrorService:
                     self._settings.group,
                 )
                 stream.subscribe(prepared.mapping.topics, loop)
-            self.metrics.started(None if stable is None else stable.last_stable_offsets)
+            if stable is None:
+                self.metrics.started(None)
+            else:
+                self.metrics.started(stable.last_stable_offsets, stable.record_times)
             group = self._settings.group
             self.metrics.freshness(partial(freshness.complete_through, database, group))
             return loop.run(stream, self.stop_event)
@@ -284,9 +277,20 @@ def mirror_partition(
         database.dispose()
 
 
-def lag_report(settings: MirrorSettings, *, checked: bool = False) -> list[LagRow]:
+def timed(stream: KafkaRecordStream, rows: Sequence[LagRow]) -> list[LagRow]:
+    """``rows`` with their lag in seconds: the Kafka timestamp of the first record at or
+    after each lagging partition's stored offset, read with ``stream`` (a consumer of its
+    own), against this host's clock."""
+    lagging = {(r.topic, r.partition): r.next_offset for r in rows if r.lag > 0}
+    return with_lag_seconds(rows, stream.record_times(lagging) if lagging else {}, time.time())
+
+
+def lag_report(
+    settings: MirrorSettings, *, checked: bool = False, seconds: bool = False
+) -> list[LagRow]:
     """Stored offsets of the group against the brokers' last stable offsets; ``checked``:
-    refuse stored offsets that do not fit the topics (TopicGuard's checks)."""
+    refuse stored offsets that do not fit the topics (TopicGuard's checks); ``seconds``:
+    with the lag in seconds (a read of each lagging partition)."""
     database = _database(settings, pooled=False)
     stream = None
     try:
@@ -296,11 +300,12 @@ def lag_report(settings: MirrorSettings, *, checked: bool = False) -> list[LagRo
             check_topics(settings, prepared, stored)
         stream = KafkaRecordStream(settings.connections.kafka, settings.group)
         stable = stream.last_stable_offsets(prepared.partitions)
+        rows = [LagRow(t, p, _next(stored, (t, p)), stable[(t, p)]) for t, p in prepared.partitions]
+        return timed(stream, rows) if seconds else rows
     finally:
         if stream is not None:
             stream.close()
         database.dispose()
-    return [LagRow(t, p, _next(stored, (t, p)), stable[(t, p)]) for t, p in prepared.partitions]
 
 
 def table_freshness(settings: MirrorSettings) -> list[freshness.Freshness]:

@@ -12,12 +12,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from relay.commands.mirror import LagRow, lag_report
+from relay.commands.mirror import lag_report, timed
 from relay.commands.startup import for_database, select_partitions
 from relay.errors import MigrationsNotAppliedError
 from relay.kafka.admin import admin_client, check_broker
 from relay.kafka.positions import read_positions
 from relay.kafka.record_stream import KafkaRecordStream
+from relay.mirroring.types import LagRow
 from relay.postgres.engine import Database, open_database
 from relay.postgres.migrations import SchemaRevision, schema_revision
 from relay.postgres.outbox_partitions import relay_partitions
@@ -44,6 +45,7 @@ class MirrorPartitionStatus:
     last_stable_offset: int
     lag: int  # records (and transaction markers) committed in Kafka, not yet applied
     dead_letters: int
+    lag_s: float | None = None  # the oldest record not applied: its age (LagRow.lag_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +112,7 @@ def _mirror_status(
         }
         return tuple(
             _mirror_row(group, row, dead.get((row.topic, row.partition), 0))
-            for row in lag_report(scope.settings)
+            for row in lag_report(scope.settings, seconds=True)
         )
     stored = [
         s
@@ -120,21 +122,31 @@ def _mirror_status(
     if not stored:
         return ()
     return tuple(
-        _mirror_row(s.group, LagRow(s.topic, s.partition, s.next_offset, stable), s.dead_letters)
-        for s, stable in zip(stored, _last_stable_offsets(settings, stored), strict=True)
+        _mirror_row(s.group, row, s.dead_letters)
+        for s, row in zip(stored, _lag_rows(settings, stored), strict=True)
     )
 
 
-def _last_stable_offsets(
-    settings: RelaySettings, stored: Sequence[MirrorStoredOffset]
-) -> list[int]:
-    # A consumer that is never assigned or subscribed: its group id is not used.
+def _lag_rows(settings: RelaySettings, stored: Sequence[MirrorStoredOffset]) -> list[LagRow]:
+    # A consumer that never joins a group (it assigns, to read the oldest records not
+    # applied): its group id is not used.
     stream = KafkaRecordStream(settings.kafka, stored[0].group)
     try:
         stable = stream.last_stable_offsets(sorted({(s.topic, s.partition) for s in stored}))
+        rows = [
+            LagRow(s.topic, s.partition, s.next_offset, stable[(s.topic, s.partition)])
+            for s in stored
+        ]
+        groups: dict[str, list[int]] = {}  # groups may store the same partition: one each
+        for n, s in enumerate(stored):
+            groups.setdefault(s.group, []).append(n)
+        for rows_of_group in groups.values():
+            times = timed(stream, [rows[n] for n in rows_of_group])
+            for n, row in zip(rows_of_group, times, strict=True):
+                rows[n] = row
+        return rows
     finally:
         stream.close()
-    return [stable[(s.topic, s.partition)] for s in stored]
 
 
 def _mirror_row(group: str, row: LagRow, dead_letters: int) -> MirrorPartitionStatus:
@@ -146,6 +158,7 @@ def _mirror_row(group: str, row: LagRow, dead_letters: int) -> MirrorPartitionSt
         row.last_stable_offset,
         row.lag,
         dead_letters,
+        row.lag_s,
     )
 
 

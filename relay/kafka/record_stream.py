@@ -15,7 +15,8 @@ retention before it was mirrored) into an error instead of a silent jump.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
 from confluent_kafka import (
@@ -177,6 +178,39 @@ class KafkaRecordStream:
                 ) from None
             result[(topic, partition)] = int(high)
         return result
+
+    def record_times(
+        self, starts: Mapping[TopicPartitionKey, int | None]
+    ) -> dict[TopicPartitionKey, int | None]:
+        """The Kafka timestamp (ms) of the first committed record at or after each start
+        offset (None: the beginning): the oldest record not yet applied. None for a
+        partition with no such record before its end (only transaction markers or aborted
+        records left); a partition whose start is not in the log any more is left out.
+        Only for a stream that consumes nothing else: it assigns these partitions."""
+        found: dict[TopicPartitionKey, int | None] = {}
+        gone: set[TopicPartitionKey] = set()
+        deadline = time.monotonic() + self._timeout
+        assigned = [TopicPartition(t, p, _start(o)) for (t, p), o in starts.items()]
+        self._consumer.assign(assigned)
+        try:
+            while len(found) + len(gone) < len(starts):
+                if (left := deadline - time.monotonic()) <= 0:
+                    raise KafkaError(f"reading the records at {len(starts)} offsets timed out")
+                try:
+                    got = self.poll(min(left, 0.5))
+                except OffsetOutOfRangeError as exc:
+                    gone.add((exc.topic, exc.partition))
+                    self._consumer.pause([TopicPartition(exc.topic, exc.partition)])
+                    continue
+                if got is None or (key := (got.topic, got.partition)) in found:
+                    continue
+                found[key] = got.timestamp_ms if isinstance(got, KafkaRecord) else None
+                self._consumer.pause([TopicPartition(*key)])
+        finally:
+            # librdkafka keeps a partition paused across assignments: resume before leaving.
+            self._consumer.resume(assigned)
+            self._consumer.unassign()
+        return found
 
     def close(self) -> None:
         """Leave the group (revoking what is assigned); never raises."""

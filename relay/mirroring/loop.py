@@ -280,7 +280,7 @@ class MirrorLoop:
         cursor.expected = batch.next_offset
         cursor.buffer = []
         cursor.since = None
-        self._record(tp, result, cursor.expected)
+        self._record(tp, result, cursor.expected, [d.record.timestamp_ms for d in batch.items])
 
     def _apply_waiting_for_healing(self, batch: Batch) -> tuple[Batch, ApplyResult] | None:
         """Apply ``batch``; while the database refuses one of its records with an error
@@ -302,14 +302,16 @@ class MirrorLoop:
                 if self._clock.wait(delay, self._stop):
                     return None
 
-    def _record(self, tp: TopicPartitionKey, result: ApplyResult, next_offset: int) -> None:
+    def _record(
+        self, tp: TopicPartitionKey, result: ApplyResult, next_offset: int, times: list[int]
+    ) -> None:
         stats = self._stats[tp]
         stats.applied += result.applied
         stats.skipped += result.skipped
         stats.dead_lettered += len(result.dead_letters)
         stats.skipped_tombstones += len(result.skipped_tombstones)
         stats.next_offset = next_offset
-        self._observer.applied(tp, result.applied, len(result.dead_letters), next_offset)
+        self._observer.applied(tp, result.applied, len(result.dead_letters), next_offset, times)
         log_batch(log, tp, result, next_offset)
 
     def _resync(self, cursor: _Cursor, conflict: MirrorOffsetConflict) -> None:

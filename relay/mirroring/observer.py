@@ -20,9 +20,15 @@ class LoopObserver(Protocol):
         """These partitions are no longer this loop's."""
 
     def applied(
-        self, tp: TopicPartitionKey, records: int, dead_letters: int, next_offset: int
+        self,
+        tp: TopicPartitionKey,
+        records: int,
+        dead_letters: int,
+        next_offset: int,
+        event_times_ms: Sequence[int] = (),
     ) -> None:
-        """A batch committed: ``records`` applied, ``dead_letters`` dead-lettered."""
+        """A batch committed just now: ``records`` applied, ``dead_letters``
+        dead-lettered; ``event_times_ms``: the Kafka timestamp of each of its records."""
 
     def retrying(self) -> None:
         """A database call failed with a transient error, or a batch waits for a record
@@ -40,7 +46,12 @@ class Unobserved:
         pass
 
     def applied(
-        self, tp: TopicPartitionKey, records: int, dead_letters: int, next_offset: int
+        self,
+        tp: TopicPartitionKey,
+        records: int,
+        dead_letters: int,
+        next_offset: int,
+        event_times_ms: Sequence[int] = (),
     ) -> None:
         pass
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from relay.mirroring.mapping import TableMapping
@@ -26,6 +26,11 @@ class KafkaRecord:
     value: bytes | None
     headers: RecordHeaders = ()
     timestamp: datetime | None = None  # the Kafka timestamp (UTC); None: not available
+
+    @property
+    def timestamp_ms(self) -> int:
+        """The Kafka timestamp in milliseconds since the epoch (0: not available)."""
+        return 0 if self.timestamp is None else round(self.timestamp.timestamp() * 1000)
 
     def header(self, name: str) -> bytes | None:
         """The last value of header ``name`` (None when absent or null)."""
@@ -198,3 +203,37 @@ class PartitionStats:
 
 
 MirrorSummary = RunSummary[PartitionStats]
+
+
+@dataclass(frozen=True, slots=True)
+class LagRow:
+    topic: str
+    partition: int
+    next_offset: int | None  # None: nothing applied yet
+    last_stable_offset: int
+    # How old the oldest record not yet applied is (its Kafka timestamp to now); 0 when
+    # caught up or only transaction markers are left; None: not asked, or not in the log.
+    lag_s: float | None = None
+
+    @property
+    def lag(self) -> int:
+        """Records (and transaction markers) committed in Kafka but not yet applied."""
+        return max(0, self.last_stable_offset - (self.next_offset or 0))
+
+
+def with_lag_seconds(
+    rows: Sequence[LagRow], found: Mapping[TopicPartitionKey, int | None], now: float
+) -> list[LagRow]:
+    """``rows`` with ``lag_s``: ``now`` (seconds since the epoch) minus ``found``, the
+    Kafka timestamp (ms) of the first record at or after the stored offset of each
+    lagging partition (None: no record before the end; left out: not in the log)."""
+    result = []
+    for row in rows:
+        tp = (row.topic, row.partition)
+        age: float | None = 0.0  # caught up, or only transaction markers left
+        if row.lag > 0 and tp not in found:
+            age = None  # the stored offset is not in the log any more
+        elif row.lag > 0 and (ms := found[tp]) is not None:
+            age = max(0.0, now - ms / 1000)
+        result.append(replace(row, lag_s=age))
+    return result

@@ -16,6 +16,7 @@ from relay.runtime.metrics import (
     Backlog,
     MirrorMetrics,
     OutboxMetrics,
+    RecordTimes,
     ReplicaMetrics,
     TopicPartition,
 )
@@ -79,15 +80,22 @@ class MirrorProgressMetrics(MirrorMetrics):
         self.progress = progress
 
     def started(
-        self, stable: Callable[[Sequence[TopicPartition]], Mapping[TopicPartition, int]] | None
+        self,
+        stable: Callable[[Sequence[TopicPartition]], Mapping[TopicPartition, int]] | None,
+        record_times: RecordTimes | None = None,
     ) -> None:
-        super().started(stable)
+        super().started(stable, record_times)
         self.progress.restart()
 
     def applied(
-        self, tp: TopicPartition, records: int, dead_letters: int, next_offset: int
+        self,
+        tp: TopicPartition,
+        records: int,
+        dead_letters: int,
+        next_offset: int,
+        event_times_ms: Sequence[int] = (),
     ) -> None:
-        super().applied(tp, records, dead_letters, next_offset)
+        super().applied(tp, records, dead_letters, next_offset, event_times_ms)
         self.progress.advance(records, dead_letters=dead_letters)
 
 

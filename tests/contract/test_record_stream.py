@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Protocol
 
 import pytest
@@ -77,6 +78,7 @@ class Counter:
         self.topic = topic
         self.next: dict[int, int] = {0: 0, 1: 0}
         self._n = 0
+        self._stamped_from = int(time.time() * 1000) - 60_000  # recent: within retention
 
     def records(self, partition: int, count: int) -> list[KafkaRecord]:
         first = self.next[partition]
@@ -92,6 +94,8 @@ class Counter:
                     b"key-%d" % self._n,
                     b'{"n": %d}' % self._n,
                     (("n", str(self._n).encode()), ("trace-id", b"t")),
+                    # Each record's Kafka timestamp, in milliseconds as Kafka keeps it.
+                    datetime.fromtimestamp((self._stamped_from + self._n) / 1000, UTC),
                 )
             )
         return result
@@ -168,7 +172,12 @@ class KafkaHarness:
         self._producer.begin_transaction()
         for r in records:
             self._producer.produce(
-                self.topic, r.value, r.key, partition=partition, headers=list(r.headers)
+                self.topic,
+                r.value,
+                r.key,
+                partition=partition,
+                headers=list(r.headers),
+                timestamp=r.timestamp_ms,
             )
         self._producer.flush(TIMEOUT_S)
         return records

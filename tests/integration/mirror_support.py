@@ -163,15 +163,28 @@ class TxProducer:
         )
         self.producer.init_transactions(30)
 
-    def send(self, topic: str, records: Iterable[Record], partition: int | None = None) -> None:
+    def send(
+        self,
+        topic: str,
+        records: Iterable[Record],
+        partition: int | None = None,
+        timestamp_ms: int = 0,  # 0: the producer's clock
+    ) -> None:
         for key, value, headers in records:
             while True:
                 try:
                     if partition is None:
-                        self.producer.produce(topic, value, key, headers=list(headers))
+                        self.producer.produce(
+                            topic, value, key, headers=list(headers), timestamp=timestamp_ms
+                        )
                     else:
                         self.producer.produce(
-                            topic, value, key, partition=partition, headers=list(headers)
+                            topic,
+                            value,
+                            key,
+                            partition=partition,
+                            headers=list(headers),
+                            timestamp=timestamp_ms,
                         )
                     break
                 except BufferError:
@@ -183,9 +196,10 @@ class TxProducer:
         records: Iterable[Record],
         partition: int | None = None,
         commit: bool = True,
+        timestamp_ms: int = 0,
     ) -> None:
         self.producer.begin_transaction()
-        self.send(topic, records, partition)
+        self.send(topic, records, partition, timestamp_ms)
         if commit:
             self.producer.commit_transaction(30)
         else:

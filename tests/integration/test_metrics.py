@@ -4,19 +4,23 @@
 from __future__ import annotations
 
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+import psycopg
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
 import relay
+from relay.devenv.databases import libpq_url
 from relay.devenv.ports import free_ports
 from tests.integration.mirror_support import (
     TxProducer,
+    item,
     items_mapping,
     last_stable_offsets,
     mirror_env,
@@ -188,9 +192,34 @@ def test_relay_mirror_serves_applied_records_and_lag(
         )
         assert env.offsets() == stable  # lag 0: the stored offsets are the last stable ones
         samples = scrape(port)
+        assert by_label(samples, "relay_mirror_lag_seconds", "partition") == {"0": 0, "1": 0}
+        # Every record timed from its Kafka timestamp to the commit that applied it.
+        assert samples[("relay_mirror_apply_latency_seconds_count", ())] == 150
+        assert 0 < samples[("relay_mirror_apply_latency_seconds_sum", ())] < 150 * 60
         assert total(samples, "relay_mirror_dead_letters_total") == 0
         assert samples[("relay_mirror_retries_total", ())] == 0
         assert samples[("relay_ready", ())] == 1
+
+        # A record stamped an hour ago that the mirror cannot apply yet (the table is
+        # locked): its partition lags by an hour, read from Kafka at scrape time.
+        with psycopg.connect(libpq_url(database_url)) as locked:
+            locked.execute("LOCK TABLE items IN ACCESS EXCLUSIVE MODE")
+            an_hour_ago = int((time.time() - 3600) * 1000)
+            TxProducer(bootstrap_servers).transaction(
+                topic, [item(7, "late", 7)], partition=1, timestamp_ms=an_hour_ago
+            )
+
+            def lag_s() -> dict[str, float]:
+                return by_label(scrape(port), "relay_mirror_lag_seconds", "partition")
+
+            wait_until(
+                lambda: lag_s().get("1", 0) >= 3600 and lag_s().get("0") == 0,
+                60,
+                "partition 1 an hour behind (stable offsets asked at most every 10 s)",
+                lambda: str(lag_s()),
+            )
+            assert lag_s()["1"] < 3600 + 300
+        wait_until(lambda: lag_s() == {"0": 0, "1": 0}, 60, "caught up again", lambda: str(lag_s()))
     finally:
         service.terminate()
         service.wait(60)

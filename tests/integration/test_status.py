@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -183,7 +184,8 @@ def test_the_mirror_part_shows_stored_offsets_lag_and_dead_letters(
     producer.transaction(topic, [item(1, "a", 1), (b"2", b"{not json", []), item(3, "c", 3)])
     applied = env.run("--once")
     assert applied.returncode == 0, applied.stderr
-    producer.transaction(topic, [item(4, "d", 4), item(5, "e", 5)])  # not applied yet
+    an_hour_ago = int((time.time() - 3600) * 1000)
+    producer.transaction(topic, [item(4, "d", 4), item(5, "e", 5)], timestamp_ms=an_hour_ago)
     stable = last_stable_offsets(bootstrap_servers, topic)[(topic, 0)]
     stored = env.offsets()[(topic, 0)]
     expected = {
@@ -197,16 +199,23 @@ def test_the_mirror_part_shows_stored_offsets_lag_and_dead_letters(
     }
     assert expected["lag"] == 3  # two records and the transaction's commit marker
 
+    def lag_s(document: dict[str, Any]) -> float:
+        """The lag in seconds (taken out of the document): the unapplied records' age."""
+        return float(document["mirror"][0].pop("lag_s"))
+
     mapped = _run_status(env)
     assert mapped.returncode == 0, mapped.stderr
     document = json.loads(mapped.stdout)
+    assert 3600 <= lag_s(document) < 3600 + 300
     assert document["mirror"] == [expected]
     ((prefix,),) = env.sql("SELECT default_prefix FROM outbox_identity")
     assert document["positions_group"] == f"{prefix}-positions"  # the database's default
     # Without the mapping: the partitions stored in mirror_offsets, every group's.
     unmapped = _run_status(env, without=("RELAY_MIRROR_CONFIG", "RELAY_MIRROR_GROUP"))
     assert unmapped.returncode == 0, unmapped.stderr
-    assert json.loads(unmapped.stdout)["mirror"] == [expected]
+    document = json.loads(unmapped.stdout)
+    assert 3600 <= lag_s(document) < 3600 + 300
+    assert document["mirror"] == [expected]
     other_group = _run_status(env, without=("RELAY_MIRROR_CONFIG",), RELAY_MIRROR_GROUP="nobody")
     assert other_group.returncode == 0, other_group.stderr
     assert json.loads(other_group.stdout)["mirror"] == []

@@ -18,7 +18,7 @@ from relay.runtime.metrics.base import (
     ProcessMetrics,
     TopicPartition,
 )
-from relay.runtime.metrics.mirror import MIRROR_CONSUMER, MirrorMetrics
+from relay.runtime.metrics.mirror import MIRROR_CONSUMER, MirrorMetrics, RecordTimes
 from relay.runtime.metrics.outbox import Backlog, OutboxMetrics
 from relay.runtime.metrics.replica import ReplicaMetrics
 from relay.runtime.metrics.server import MetricsServer, serving
@@ -32,6 +32,7 @@ __all__ = [
     "MirrorMetrics",
     "OutboxMetrics",
     "ProcessMetrics",
+    "RecordTimes",
     "ReplicaMetrics",
     "TopicPartition",
     "serving",

@@ -46,7 +46,7 @@ def _partition(
 
 
 def _report(*outbox: OutboxPartitionStatus, lag: int = 0) -> StatusReport:
-    mirror = MirrorPartitionStatus("relay-mirror", "orders", 2, 40, 40 + lag, lag, 1)
+    mirror = MirrorPartitionStatus("relay-mirror", "orders", 2, 40, 40 + lag, lag, 1, 12.3456)
     return StatusReport(
         checked_at=NOW,
         schema=SchemaRevision(HEAD, HEAD, newer=False, oldest_compatible=None, compatible=False),
@@ -179,6 +179,7 @@ def test_json_is_one_object_with_the_documented_keys() -> None:
             "last_stable_offset": 47,
             "lag": 7,
             "dead_letters": 1,
+            "lag_s": 12.346,
         }
     ]
     assert document["checks"] == {"max_lag": 6, "max_age_s": None, "failed": failed}
@@ -204,7 +205,7 @@ def test_text_has_a_line_per_partition_and_the_verdict_of_the_checks() -> None:
     assert lines[6].endswith(" 2  backend 4711 (idle in transaction)")
     assert rows["3"][-3:] == ["-", "3", "-"]  # never published, 3 dead letters, not held up
     assert lines[8] == "mirror"
-    assert lines[10].split() == ["relay-mirror", "orders", "2", "40", "47", "7", "1"]
+    assert lines[10].split() == ["relay-mirror", "orders", "2", "40", "47", "7", "1", "12.3"]
     assert "checks" not in text  # no limits given
     failed = failed_checks(REPORT, StatusOptions(max_lag=6, max_age_s=60))
     checked = render_text(REPORT, StatusOptions(max_lag=6, max_age_s=60), failed)

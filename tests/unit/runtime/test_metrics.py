@@ -8,6 +8,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from datetime import UTC, datetime
 
 import pytest
 
@@ -353,6 +354,37 @@ def test_mirror_counts_applied_records_dead_letters_and_lag() -> None:
     assert sample(metrics, "relay_mirror_lag_records", topic="t", partition="0") is None
     metrics.stopped()
     assert metrics.readiness.check() == (False, "mirror consumer stopped")
+
+
+def test_mirror_times_each_record_and_tells_its_lag_in_seconds() -> None:
+    made = [kafka_record(0, 1, "a"), kafka_record(1, 2, "b"), kafka_record(2, 3, "c")]
+    stamps = (940.0, 990.0, None)  # seconds since the epoch; None: no timestamp
+    records = [
+        replace(r, timestamp=None if at is None else datetime.fromtimestamp(at, UTC))
+        for r, at in zip(made, stamps, strict=True)
+    ]
+    stream = FakeStream(logs_of(records), stable={P0: 3})
+    asked: list[dict[tuple[str, int], int | None]] = []
+
+    def record_times(starts: Mapping[tuple[str, int], int | None]) -> dict[tuple[str, int], int]:
+        asked.append(dict(starts))
+        return {tp: records[offset or 0].timestamp_ms for tp, offset in starts.items()}
+
+    clock = FakeClock()
+    metrics, store = MirrorMetrics(clock=clock, wall=lambda: 1000.0), MemoryStore()
+    loop = mirror_loop(metrics, store, dict(stream.stable))
+    stream.assign([P0], loop)
+    metrics.started(stream.last_stable_offsets, record_times)
+    assert sample(metrics, "relay_mirror_lag_seconds", topic="t", partition="0") == 60
+    assert asked == [{P0: None}]  # nothing stored: from the beginning
+    loop.run(stream)
+    name = "relay_mirror_apply_latency_seconds"
+    assert sample(metrics, f"{name}_count") == 2  # the record without a time is left out
+    assert sample(metrics, f"{name}_sum") == 60 + 10
+    assert sample(metrics, f"{name}_bucket", le="10.0") == 1
+    assert sample(metrics, "relay_mirror_lag_seconds", topic="t", partition="0") == 0  # caught up
+    assert len(asked) == 1  # not asked about a partition that does not lag
+    metrics.stopped()
 
 
 def test_mirror_is_not_ready_while_it_retries() -> None:
