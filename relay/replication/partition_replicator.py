@@ -206,7 +206,11 @@ class PartitionReplicator:
         self._committed_at = self._clock.monotonic()
         self._limits.committed(self._committed_at - opened)
         self._observer.copied(
-            self.route.topic, self.route.partition, len(records), self._committed_at - began
+            self.route.topic,
+            self.route.partition,
+            len(records),
+            self._committed_at - began,
+            [r.timestamp_ms for r in records],
         )
         self._observer.running(self.route.topic, self.route.partition, next_offset)
         self._failpoints.hit("after_commit", self.route.partition)

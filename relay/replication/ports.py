@@ -77,8 +77,16 @@ class ReplicaObserver(Protocol):
         """Started at ``next_offset``, a batch committed up to it, or everything below it
         was read and copied or skipped (aborted records, markers): not retrying."""
 
-    def copied(self, topic: str, partition: int, records: int, seconds: float) -> None:
-        """A batch committed ``records`` copies, ``seconds`` after its read began."""
+    def copied(
+        self,
+        topic: str,
+        partition: int,
+        records: int,
+        seconds: float,
+        event_times_ms: Sequence[int] = (),
+    ) -> None:
+        """A batch committed ``records`` copies just now, ``seconds`` after its read
+        began; ``event_times_ms``: each copy's source timestamp (0: none)."""
 
     def retrying(self, topic: str, partition: int) -> None:
         """A batch failed with a transient error and waits to be tried again."""
@@ -90,7 +98,14 @@ class NoReplicaObserver:
     def running(self, topic: str, partition: int, next_offset: int) -> None:
         pass
 
-    def copied(self, topic: str, partition: int, records: int, seconds: float) -> None:
+    def copied(
+        self,
+        topic: str,
+        partition: int,
+        records: int,
+        seconds: float,
+        event_times_ms: Sequence[int] = (),
+    ) -> None:
         pass
 
     def retrying(self, topic: str, partition: int) -> None:

@@ -110,6 +110,13 @@ class ReplicaProgressMetrics(ReplicaMetrics):
     def to_copy(self, topic: str, partition: int, records: int) -> None:
         self.progress.add_total(records)
 
-    def copied(self, topic: str, partition: int, records: int, seconds: float) -> None:
-        super().copied(topic, partition, records, seconds)
+    def copied(
+        self,
+        topic: str,
+        partition: int,
+        records: int,
+        seconds: float,
+        event_times_ms: Sequence[int] = (),
+    ) -> None:
+        super().copied(topic, partition, records, seconds, event_times_ms)
         self.progress.advance(records)

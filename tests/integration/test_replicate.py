@@ -25,7 +25,7 @@ from tests.integration.replicate_support import (
     write_transactions,
 )
 from tests.integration.support import wait_until
-from tests.integration.test_metrics import by_label, get, scrape, total
+from tests.integration.test_metrics import by_label, get, scrape
 
 pytestmark = pytest.mark.integration
 
@@ -265,7 +265,18 @@ def test_relay_replicate_serves_copies_lag_and_readiness(
         # Caught up: the last transaction was aborted, and its records and markers count
         # as read once the reader is past them.
         wait_until(lambda: lag() == {"0": 0.0, "1": 0.0}, 30, "no lag", lambda: str(lag()))
-        assert total(scrape(port), "relay_ready") == 1.0
+        samples = scrape(port)
+        assert samples[("relay_ready", ())] == 1.0
+        # Each copy timed from its source timestamp (write_transactions stamps them a minute
+        # back), as MirrorMaker 2's replication-latency-ms (to the target commit) and
+        # record-age-ms (to the read).
+        for name in ("relay_replicate_latency_seconds", "relay_replicate_record_age_seconds"):
+            assert samples[(f"{name}_count", ())] == 30, name
+            assert 30 * 59 < samples[(f"{name}_sum", ())] < 30 * (60 + 300), name
+        assert (
+            samples[("relay_replicate_record_age_seconds_sum", ())]
+            <= samples[("relay_replicate_latency_seconds_sum", ())]
+        )
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(60) == 0, log.read_text()

@@ -12,6 +12,7 @@ from relay.runtime.health import State
 from relay.runtime.metrics.base import (
     BATCH_BUCKETS_S,
     QUERY_EVERY_S,
+    Latencies,
     ProcessMetrics,
     Sampled,
     TopicPartition,
@@ -42,6 +43,16 @@ class ReplicaMetrics(ProcessMetrics):
             registry=self.registry,
             buckets=BATCH_BUCKETS_S,
         )
+        # MirrorMaker 2's replication-latency-ms and record-age-ms, as histograms.
+        self._latency = Latencies(
+            "relay_replicate_latency_seconds",
+            "Per copied record: the target transaction's commit time minus the record's "
+            "source timestamp",
+        )
+        self._age = Latencies(
+            "relay_replicate_record_age_seconds",
+            "Per copied record: its age (from its source timestamp) when its batch was read",
+        )
         self._positions: dict[TopicPartition, int] = {}
         self._stable: Sampled[TopicPartition, int] = Sampled(
             "reading the source's last stable offsets", self._clock
@@ -70,9 +81,19 @@ class ReplicaMetrics(ProcessMetrics):
             self._positions[(topic, partition)] = next_offset
         self.readiness.set(component(topic, partition), State.RUNNING)
 
-    def copied(self, topic: str, partition: int, records: int, seconds: float) -> None:
+    def copied(
+        self,
+        topic: str,
+        partition: int,
+        records: int,
+        seconds: float,
+        event_times_ms: Sequence[int] = (),
+    ) -> None:
         self._copied.labels(topic, str(partition)).inc(records)
         self._duration.observe(seconds)
+        committed = self._wall()
+        self._latency.observe(committed, event_times_ms)
+        self._age.observe(committed - seconds, event_times_ms)
 
     def retrying(self, topic: str, partition: int) -> None:
         self._retries.labels(topic, str(partition)).inc()
@@ -95,3 +116,5 @@ class ReplicaMetrics(ProcessMetrics):
         for tp in sorted(positions.keys() & stable.keys()):
             lag.add_metric([tp[0], str(tp[1])], max(0, stable[tp] - positions[tp]))
         yield lag
+        yield self._latency.family()
+        yield self._age.family()

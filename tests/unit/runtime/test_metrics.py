@@ -16,6 +16,7 @@ from relay.errors import ConfigurationError, DatabaseError
 from relay.mirroring.applier import Applier
 from relay.mirroring.loop import MirrorLoop
 from relay.publishing.partition_relay import PartitionRelay
+from relay.replication.partition_replicator import PartitionReplicator
 from relay.runtime.health import Readiness, State
 from relay.runtime.metrics import (
     QUERY_EVERY_S,
@@ -24,6 +25,7 @@ from relay.runtime.metrics import (
     MirrorMetrics,
     OutboxMetrics,
     ProcessMetrics,
+    ReplicaMetrics,
     serving,
 )
 from relay.runtime.retry import RetryPolicy
@@ -31,6 +33,7 @@ from relay.settings.relay import load_settings
 from tests.fakes.mirroring import FakeStream, MemoryStore, items_table, logs_of
 from tests.fakes.mirroring import record as kafka_record
 from tests.fakes.publishing import OWNER, FakeClock, MemoryKafka, MemoryOutbox, MemoryTopic, record
+from tests.fakes.replication import ORIGIN, ROUTE, MemorySource, MemoryTarget, source_log
 
 P0 = ("t", 0)
 
@@ -413,3 +416,28 @@ def test_mirror_reports_each_tables_complete_through_time() -> None:
     )
     metrics.stopped()
     assert sample(metrics, "relay_mirror_complete_through_timestamp_seconds", table="t") is None
+
+
+# -- the replicator's observer ------------------------------------------------------------
+
+
+def test_each_copied_record_is_timed_from_its_source_timestamp_as_mirrormaker_does() -> None:
+    clock = FakeClock()
+    metrics = ReplicaMetrics(clock=clock, wall=lambda: 3.0)  # 3 s after the epoch
+    source = MemorySource(source_log(b"a", None, b"b", b"c"))  # stamped 1000 + offset ms
+    PartitionReplicator(
+        ROUTE,
+        source.reader(),
+        MemoryTarget().writer(),
+        origin=ORIGIN,
+        clock=clock,
+        observer=metrics,
+    ).drain(4)
+    latency, age = "relay_replicate_latency_seconds", "relay_replicate_record_age_seconds"
+    assert sample(metrics, f"{latency}_count") == 3  # the records copied: not the marker
+    assert sample(metrics, f"{latency}_sum") == pytest.approx(2.0 + 1.998 + 1.997)
+    assert sample(metrics, f"{latency}_bucket", le="1.0") == 0
+    assert sample(metrics, f"{latency}_bucket", le="2.5") == 3
+    # The age when read: the batch's time from its read to its commit earlier (0 s here).
+    assert sample(metrics, f"{age}_count") == 3
+    assert sample(metrics, f"{age}_sum") == sample(metrics, f"{latency}_sum")
