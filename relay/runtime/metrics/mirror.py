@@ -91,9 +91,13 @@ class MirrorMetrics(ProcessMetrics):
             self._dead_letters.labels(topic, str(partition))
 
     def revoked(self, partitions: Sequence[TopicPartition]) -> None:
+        """Another member of the group applies ``partitions`` now: their series go."""
         with self._lock:
             for tp in partitions:
                 self._stored.pop(tp, None)
+        for topic, partition in partitions:
+            self._applied.remove(topic, str(partition))
+            self._dead_letters.remove(topic, str(partition))
 
     def applied(
         self,

@@ -353,8 +353,10 @@ def test_mirror_counts_applied_records_dead_letters_and_lag() -> None:
     assert sample(metrics, "relay_mirror_dead_letters_total", topic="t", partition="0") == 1
     assert sample(metrics, "relay_mirror_lag_records", topic="t", partition="0") == 0
     assert asked == [[P0]]  # the stored offsets are the loop's; the stable ones asked once
-    stream.revoke([P0])
+    stream.revoke([P0])  # another member of the group applies it now: its series go
     assert sample(metrics, "relay_mirror_lag_records", topic="t", partition="0") is None
+    assert sample(metrics, "relay_mirror_records_applied_total", topic="t", partition="0") is None
+    assert sample(metrics, "relay_mirror_dead_letters_total", topic="t", partition="0") is None
     metrics.stopped()
     assert metrics.readiness.check() == (False, "mirror consumer stopped")
 
