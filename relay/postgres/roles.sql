@@ -41,6 +41,7 @@ GRANT SELECT ON SEQUENCE outbox_seq TO outbox_relay;
 GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_dead_letters TO outbox_relay;
 GRANT SELECT ON outbox_identity TO outbox_relay;
 GRANT SELECT, INSERT, UPDATE ON outbox_published_floor TO outbox_relay;
+GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_stalls TO outbox_relay;
 
 GRANT SELECT ON relay_alembic_version, relay_schema_compat TO outbox_mirror;
 GRANT SELECT, INSERT, UPDATE ON mirror_offsets TO outbox_mirror;
