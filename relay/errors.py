@@ -181,7 +181,17 @@ class RecordMayHealError(RetriableError):
 
 
 class TopicMissingError(RetriableError):
-    """A destination topic does not exist; its rows wait in the outbox until it does."""
+    """A destination topic does not exist (or this relay may not write to it); its rows
+    wait in the outbox for ``--missing-topic-wait``, then become dead letters.
+    ``outbox_ids``: the rows of the failed batch for ``topic`` (empty: not known)."""
+
+    def __init__(
+        self, message: str, topic: str = "", outbox_ids: tuple[int, ...] = (), reason: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.outbox_ids = outbox_ids
+        self.reason = reason or message  # for the dead letters, without the relay partition
 
 
 class UndeliverableEventError(RelayError):

@@ -143,6 +143,7 @@ def _replay(args: argparse.Namespace) -> int:
     url, source, selection = database_url_from_args(args), args.source, _selection(args)
     mirror = _mirror(args)
     dead_letters.replay_mapping(source, mirror)  # a missing mapping: before anything else
+    selection = dead_letters.replay_selection(url, source, selection)  # a key's together
     if not _confirmed(args.yes, url, source, selection, "replay"):
         return 0
     results = dead_letters.replay(url, source, selection, mirror)

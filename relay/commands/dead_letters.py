@@ -1,14 +1,16 @@
 """``relay dead-letters``: list, show, replay and discard the dead letters of the outbox
 (``outbox_dead_letters``) and of the mirror (``mirror_dead_letters``), I5.
 
-A replay goes through the normal path, one dead letter per database transaction:
+A replay goes through the normal path:
 
-- outbox: the row is inserted again with the write API's INSERT (same topic, key, value,
-  event type and headers) and the dead letter deleted, together: the relay publishes it
-  once, as a new event with a new id and position, after the newer events of its key;
-- mirror: the stored raw record is decoded with the mapping and applied with the mirror's
-  version-guarded upserts (an older version never overwrites a newer row), and the dead
-  letter deleted, together.
+- outbox: a key's dead letters together, in one database transaction, in their order
+  (a replay of one of them takes the others of its key along: while one exists, the key's
+  later rows follow it to the dead letters, I2): each row is inserted again with the write
+  API's INSERT (same topic, key, value, event type and headers) and its dead letter
+  deleted; the relay publishes them once, as new events with new ids and positions;
+- mirror (one dead letter per database transaction): the stored raw record is decoded
+  with the mapping and applied with the mirror's version-guarded upserts (an older
+  version never overwrites a newer row), and the dead letter deleted, together.
 
 A replay that fails again keeps the dead letter, with the new error.
 """
@@ -35,11 +37,11 @@ from relay.postgres.dead_letters import (
     Replayed,
     Selection,
     Source,
-    replay_outbox,
 )
 from relay.postgres.engine import Database, open_database
 from relay.postgres.migrations import check_schema
 from relay.postgres.mirror_catalog import resolve_tables
+from relay.postgres.outbox_replay import key_groups, replay_together
 from relay.publishing.events import decode_headers
 from relay.runtime.secrets import Secret
 from relay.settings.mirror import load_mirror_selection
@@ -62,6 +64,7 @@ __all__ = [
     "load_mirror_options",
     "replay",
     "replay_mapping",
+    "replay_selection",
     "show",
     "shown_bytes",
     "shown_time",
@@ -139,11 +142,29 @@ def replay(
         if not ids:
             return missing
         if mapping_path is None:
-            return [replay_outbox(database, i, outbox_refusal) for i in ids] + missing
+            replayed = [
+                result
+                for group in key_groups(database, ids)
+                for result in replay_together(database, group, outbox_refusal)
+            ]
+            return replayed + missing
         mapped, reflected = _mapped_tables(database, mapping_path)
         replayer = MirrorReplayer(database, mapped, reflected)
         operations = partial(mirror_operations, mapped)
         return [replayer.replay(i, operations) for i in ids] + missing
+
+
+def replay_selection(url: Secret, source: Source, selection: Selection) -> Selection:
+    """What a replay of ``selection`` replays: for the outbox, the selected dead letters
+    with every other dead letter of their keys (a key's go back together, in order)."""
+    if source != "outbox":
+        return selection
+    with _tables(url) as (database, tables):
+        ids = tables.ids(source, selection)
+        widened = [i for group in key_groups(database, ids) for i in group] if ids else []
+    if set(widened) == set(ids):
+        return selection
+    return Selection(tuple(sorted({*widened, *(selection.ids or ())})))
 
 
 def discard(url: Secret, source: Source, selection: Selection) -> Discarded:

@@ -94,6 +94,7 @@ def build_partition_relay(
         batch_bytes=settings.batch_bytes,
         transaction_timeout_s=settings.kafka.transaction_timeout_ms / 1000,
         cleanup=settings.cleanup,
+        missing_topic_wait_s=settings.missing_topic_wait_s,
         retry=retry,
         clock=clock,
         failpoints=Failpoints.from_env(),

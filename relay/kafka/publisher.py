@@ -217,7 +217,9 @@ class KafkaTransactionalPublisher(TransactionalProducer):
             self._topics.forget(record.topic)
             return TopicMissingError(
                 f"relay partition {self._partition}: topic {record.topic!r} "
-                f"is not available: {err.str()}"
+                f"is not available: {err.str()}",
+                record.topic,
+                (record.id,),
             )
         return translate(exc, f"producing to {record.topic}", self._partition)
 

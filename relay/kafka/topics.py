@@ -1,9 +1,12 @@
 """Checks a batch against its destination topics before anything is produced.
 
-A missing topic is a retriable condition: its rows wait in the outbox until it exists.
-A record the topic can never accept (larger than ``max.message.bytes`` on its own, or a
-null key on a compacted topic) is refused up front by outbox id, so the relay can move
-exactly that row to the dead-letter table instead of failing the batch for ever.
+A missing topic, or one this relay may not write (TOPIC_AUTHORIZATION_FAILED), is a
+retriable condition naming its rows: they hold the relay partition for at most
+``--missing-topic-wait``, then the relay moves them to the dead-letter table (it may be
+created, or the permission granted, meanwhile). A record the topic can never accept (larger
+than ``max.message.bytes`` on its own, a null key on a compacted topic, a topic name Kafka
+cannot have) is refused up front by outbox id, so the relay can move exactly that row to
+the dead-letter table instead of failing the batch for ever.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from confluent_kafka.admin._resource import ResourceType
 
 from relay.errors import RetriableError, TopicMissingError
 from relay.kafka.errors import translate
+from relay.publishing.events import TOPIC_NAME
 from relay.publishing.types import OutboxRecord
 
 log = logging.getLogger(__name__)
@@ -221,7 +225,12 @@ class TopicGuard:
         fit every limit is checked as a whole."""
         fresh: set[str] = set()  # topics whose limits were read during this check
         limits: dict[str, TopicLimits] = {}
+        refused: dict[int, str] = {}
         for topic in dict.fromkeys(map(_TOPIC, records)):  # in order of first appearance
+            if not TOPIC_NAME.match(topic):  # written by plain SQL: no topic can have it
+                invalid = f"invalid Kafka topic name {topic!r} (1-249 of [A-Za-z0-9._-])"
+                refused.update((r.id, invalid) for r in records if r.topic == topic)
+                continue
             found = self._limits.get(topic)
             if found is None:
                 found = self._load(topic, records)
@@ -229,7 +238,6 @@ class TopicGuard:
             limits[topic] = found
         measure = _Measure(headers_of, RECORD_BOUND_OVERHEAD + headers_max, measure_below)
         watched = measure.watched(records, limits)
-        refused: dict[int, str] = {}
         for record in records if watched else ():
             topic = record.topic
             if topic not in watched:
@@ -253,16 +261,30 @@ class TopicGuard:
         return BatchCheck(refused, small_limits, measure.sizes)
 
     def _load(self, topic: str, records: Sequence[OutboxRecord]) -> TopicLimits:
-        if read_topic(self._producer, topic, self._timeout, self._partition) is None:
-            waiting = sum(1 for r in records if r.topic == topic)
-            raise TopicMissingError(
-                f"relay partition {self._partition}: topic {topic!r} does not exist and the "
-                f"broker does not create it; {waiting}+ row(s) wait in the outbox and are "
-                "published once the topic exists"
+        try:
+            found = read_topic(self._producer, topic, self._timeout, self._partition)
+        except TopicMissingError as exc:  # TOPIC_AUTHORIZATION_FAILED
+            raise self._unavailable(topic, records, exc.reason) from None
+        if found is None:
+            raise self._unavailable(
+                topic, records, "does not exist and the broker does not create it"
             )
         limits = self._describe(topic)
         self._limits[topic] = limits
         return limits
+
+    def _unavailable(
+        self, topic: str, records: Sequence[OutboxRecord], why: str
+    ) -> TopicMissingError:
+        ids = tuple(r.id for r in records if r.topic == topic)
+        return TopicMissingError(
+            f"relay partition {self._partition}: topic {topic!r} {why}; its {len(ids)} row(s) "
+            f"of the batch (outbox id {ids[0] if ids else '-'} first) wait in the outbox "
+            "for --missing-topic-wait, then go to outbox_dead_letters",
+            topic,
+            ids,
+            f"topic {topic!r} {why}",
+        )
 
     def _describe(self, topic: str) -> TopicLimits:
         resource = ConfigResource(ResourceType.TOPIC, topic)
@@ -299,6 +321,11 @@ def read_topic(
     error = None if found is None else found.error
     if found is None or (error is not None and error.code() in TOPIC_MISSING):
         return None
+    if error is not None and error.code() == LibKafkaError.TOPIC_AUTHORIZATION_FAILED:
+        why = "may not be written by this relay (TOPIC_AUTHORIZATION_FAILED)"
+        raise TopicMissingError(
+            f"relay partition {partition}: topic {topic!r} {why}", topic, reason=why
+        )
     if error is not None:
         raise RetriableError(f"relay partition {partition}: topic {topic!r}: {error}")
     return found

@@ -1,10 +1,8 @@
 """The dead-letter tables (``outbox_dead_letters``, ``mirror_dead_letters``) for
-``relay dead-letters``: listing, reading, discarding, and replaying one dead letter in one
-transaction that holds its row lock (so two replays of it cannot both succeed):
+``relay dead-letters``: listing, reading, discarding, and replaying dead letters in a
+transaction that holds their row locks (so two replays of one cannot both succeed):
 
-- outbox: the row is inserted again with the write API's own statement
-  (:data:`~relay.postgres.outbox_writer.INSERT_EVENT`: the outbox triggers give it a new
-  id and position) and the dead letter is deleted;
+- outbox: a key's dead letters together (:mod:`relay.postgres.outbox_replay`);
 - mirror: the record's row operations run with the mirror's own version-guarded
   statements (:class:`~relay.postgres.mirror_store.PostgresMirrorStore`) in a savepoint,
   and the dead letter is deleted.
@@ -17,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,7 +26,6 @@ from sqlalchemy.exc import DBAPIError
 from relay.mirroring.types import KafkaRecord, Op, RecordHeaders, ResolvedTable
 from relay.postgres.engine import Database, driver_message, is_transient
 from relay.postgres.mirror_store import PostgresMirrorStore
-from relay.postgres.outbox_writer import INSERT_EVENT
 from relay.runtime.secrets import mask_text
 
 Source = Literal["outbox", "mirror"]
@@ -56,7 +52,7 @@ _LIST: Mapping[Source, TextClause] = {
 }
 # --all replays in the order the records were first written: per key, their own order.
 _ORDER: Mapping[Source, str] = {
-    "outbox": "partition, seq, id",
+    "outbox": "seq, id",  # seq: the order of the outbox, across relay partitions
     "mirror": 'consumer_group, topic, partition, "offset", id',
 }
 _ONE: Mapping[Source, str] = {
@@ -179,7 +175,7 @@ class DeadLetterTables:
     def outbox_letter(self, dead_letter_id: int) -> OutboxDeadLetter | None:
         with self._database.connect("reading outbox_dead_letters") as c:
             row = c.execute(text(_ONE["outbox"]), {"id": dead_letter_id}).one_or_none()
-        return None if row is None else _outbox_letter(row)
+        return None if row is None else outbox_letter(row)
 
     def mirror_letter(self, dead_letter_id: int) -> MirrorDeadLetter | None:
         with self._database.connect("reading mirror_dead_letters") as c:
@@ -192,34 +188,6 @@ class DeadLetterTables:
         statement = text(f"DELETE FROM {table} WHERE {_FILTERS[source]} RETURNING id")
         with self._database.begin(f"deleting from {table}") as c:
             return sorted(int(i) for i in c.execute(statement, selection.params()).scalars())
-
-
-def replay_outbox(
-    database: Database,
-    dead_letter_id: int,
-    check: Callable[[OutboxDeadLetter], str | None],
-) -> Replayed:
-    """Insert the dead letter into the outbox again and delete it, in one transaction;
-    unless ``check`` gives a reason not to, which is stored as its new error."""
-    with database.begin(f"replaying outbox dead letter {dead_letter_id}") as conn:
-        row = _locked(conn, "outbox", dead_letter_id)
-        if row is None:
-            return Replayed(dead_letter_id, found=False)
-        letter = _outbox_letter(row)
-        error = check(letter)
-        if error is None:
-            conn.execute(
-                INSERT_EVENT,
-                {
-                    "topic": letter.topic,
-                    "key": letter.key,
-                    "value": letter.value,
-                    "event_type": letter.event_type,
-                    "headers": json.dumps(letter.headers),
-                },
-            )
-        _settle(conn, "outbox", dead_letter_id, error)
-    return Replayed(dead_letter_id, True, error)
 
 
 class MirrorReplayer(PostgresMirrorStore):
@@ -247,12 +215,12 @@ class MirrorReplayer(PostgresMirrorStore):
             self._database.errors(f"replaying mirror dead letter {dead_letter_id}"),
             self._database.engine.begin() as conn,
         ):
-            row = _locked(conn, "mirror", dead_letter_id)
+            row = locked(conn, "mirror", dead_letter_id)
             if row is None:
                 return Replayed(dead_letter_id, found=False)
             found = operations(_mirror_letter(row))
             error = found if isinstance(found, str) else self._apply(conn, found)
-            _settle(conn, "mirror", dead_letter_id, error)
+            settle(conn, "mirror", dead_letter_id, error)
         return Replayed(dead_letter_id, True, error)
 
     def _apply(self, conn: Connection, ops: Sequence[Op]) -> str | None:
@@ -267,12 +235,12 @@ class MirrorReplayer(PostgresMirrorStore):
         return None
 
 
-def _locked(conn: Connection, source: Source, dead_letter_id: int) -> Row[Any] | None:
+def locked(conn: Connection, source: Source, dead_letter_id: int) -> Row[Any] | None:
     statement = text(_ONE[source] + " FOR UPDATE")
     return conn.execute(statement, {"id": dead_letter_id}).one_or_none()
 
 
-def _settle(conn: Connection, source: Source, dead_letter_id: int, error: str | None) -> None:
+def settle(conn: Connection, source: Source, dead_letter_id: int, error: str | None) -> None:
     """Delete the replayed dead letter, or store why it was kept."""
     table = _TABLES[source]
     if error is None:
@@ -284,7 +252,7 @@ def _settle(conn: Connection, source: Source, dead_letter_id: int, error: str | 
         )
 
 
-def _outbox_letter(row: Row[Any]) -> OutboxDeadLetter:
+def outbox_letter(row: Row[Any]) -> OutboxDeadLetter:
     return OutboxDeadLetter(
         int(row.id),
         int(row.outbox_id),

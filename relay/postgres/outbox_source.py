@@ -12,6 +12,7 @@ from sqlalchemy import Connection, Row, text
 
 from relay.errors import InvalidEventError
 from relay.postgres.engine import Database
+from relay.postgres.outbox_holds import CLEAR_STALL, DEAD_LETTER, RECORD_STALL, with_followed
 from relay.postgres.outbox_horizon import HELD_UP_WARNING_S, Horizons
 from relay.publishing.events import decode_headers
 from relay.publishing.types import Headers, OutboxIdentity, OutboxRecord, Settled
@@ -108,22 +109,6 @@ _RAISE_FLOOR = text(
 _FLOOR = text("SELECT position FROM outbox_published_floor WHERE partition = :partition")
 _IDENTITY = text("SELECT database_id::text, default_prefix FROM outbox_identity")
 _LAST_ASSIGNED = text("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM outbox_seq")
-_DEAD_LETTER = text(
-    """
-    WITH moved AS (
-      DELETE FROM outbox o WHERE o.partition = :partition AND o.id = ANY(:ids)
-      RETURNING o.id, o.partition, o.seq, o.txid, o.ordinal, o.topic, o.key, o.value,
-                o.event_type, o.headers, o.created_at
-    )
-    INSERT INTO outbox_dead_letters
-      (outbox_id, partition, seq, topic, key, value, event_type, headers, created_at, error)
-    SELECT d.id, d.partition, coalesce(d.seq, m.base + d.ordinal), d.topic, d.key, d.value,
-           d.event_type, d.headers, d.created_at, :error
-    FROM moved d
-    LEFT JOIN outbox_commits m
-      ON m.partition = d.partition AND m.txid = d.txid AND d.id BETWEEN m.first_id AND m.last_id
-    """
-)
 _COUNT_CHANGE_PENDING = text(
     "SELECT barrier IS NOT NULL AND outbox_unpublished_up_to(barrier) FROM outbox_settings"
 )
@@ -209,7 +194,7 @@ class PostgresOutboxSource:
                 records = self._records(partition, rows)
                 if records:
                     self._batch_ends.remember(partition, records[-1].seq, records[-1].id)
-                    return records
+                    return with_followed(conn, records)
                 if not rows:
                     break
                 # Only rows just dead-lettered, or positions whose rows are gone: read on
@@ -275,7 +260,7 @@ class PostgresOutboxSource:
             for outbox_id, reason in reasons.items()
         ]
         with self._connection("moving rows to outbox_dead_letters", begin=True) as conn:
-            conn.execute(_DEAD_LETTER, params)
+            conn.execute(DEAD_LETTER, params)
         log.error(
             "relay partition %d: moved %d outbox row(s) that cannot become Kafka records "
             "to outbox_dead_letters: %s",
@@ -291,8 +276,19 @@ class PostgresOutboxSource:
     def dead_letter(self, partition: int, outbox_ids: Sequence[int], error: str) -> int:
         params = {"partition": partition, "ids": list(outbox_ids), "error": error}
         with self._connection("moving rows to outbox_dead_letters", begin=True) as conn:
-            result = conn.execute(_DEAD_LETTER, params)
+            result = conn.execute(DEAD_LETTER, params)
         return int(result.rowcount)
+
+    def record_stall(
+        self, partition: int, outbox_id: int | None, topic: str | None, reason: str
+    ) -> None:
+        params = {"partition": partition, "outbox_id": outbox_id, "topic": topic}
+        with self._connection("recording a stall", begin=True) as conn:
+            conn.execute(RECORD_STALL, {**params, "reason": reason.replace("\x00", "")})
+
+    def clear_stall(self, partition: int) -> None:
+        with self._connection("clearing a stall", begin=True) as conn:
+            conn.execute(CLEAR_STALL, {"partition": partition})
 
     def identity(self) -> OutboxIdentity:
         with self._connection("reading outbox_identity") as conn:

@@ -1,7 +1,8 @@
 """What ``relay status`` reads from the database: per relay partition the rows pending above
-a position, the last publish, the dead letters and the transactions holding it up; per
-mirrored Kafka partition the stored offset and the dead letters. Reads only: no lock is
-taken, so a running relay, mirror or writer never waits for it."""
+a position, the last publish, the dead letters, what its relay retries for and the
+transactions holding it up; per mirrored Kafka partition the stored offset and the dead
+letters. Reads only: no lock is taken, so a running relay, mirror or writer never waits
+for it."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from datetime import datetime
 from sqlalchemy import text
 
 from relay.postgres.engine import Database
+from relay.postgres.outbox_holds import STALLS, stall_line
 from relay.postgres.outbox_horizon import HORIZON_BLOCKERS
 
 # HORIZON_BLOCKERS: the holders of a relay partition's lock, named as in the relay's own
@@ -65,7 +67,8 @@ class OutboxPartitionStatus:
     floor: int  # recorded as published (outbox_published_floor; 0: never)
     last_publish: datetime | None  # when the floor last rose (None: never)
     dead_letters: int  # rows in outbox_dead_letters
-    # What holds the partition's horizon (a snapshot): transactions holding its lock, and
+    # What holds the partition (a snapshot): the row its relay retries a batch for, with
+    # the reason and since when (outbox_stalls); transactions holding its horizon's lock;
     # rows of the previous relay partition count still unpublished.
     held_up_by: tuple[str, ...]
 
@@ -95,8 +98,16 @@ def outbox_status(
             if barrier is None
             else (f"rows up to position {barrier} of the previous relay partition count",)
         )
+        stalls = {
+            int(r.partition): (
+                stall_line(r.outbox_id, r.topic, r.reason, r.since.isoformat(timespec="seconds")),
+            )
+            for r in conn.execute(STALLS, {"partitions": partitions})
+        }
         holders = {
-            p: tuple(conn.execute(HORIZON_BLOCKERS, {"partition": p}).scalars()) + count_change
+            p: stalls.get(p, ())
+            + tuple(conn.execute(HORIZON_BLOCKERS, {"partition": p}).scalars())
+            + count_change
             for p in partitions
         }
     return now, [

@@ -32,11 +32,13 @@ from relay.errors import (
     ProducerFencedError,
     RelayError,
     RetriableError,
+    TopicMissingError,
     TransactionTimedOutError,
     UndeliverableEventError,
 )
 from relay.publishing.drain import drain
 from relay.publishing.heartbeats import DEFAULT_INTERVAL_S, HeartbeatPlan
+from relay.publishing.holds import MISSING_TOPIC_WAIT_S, PartitionHolds
 from relay.publishing.ports import (
     NoObserver,
     OutboxSource,
@@ -84,6 +86,7 @@ class PartitionRelay:
         observer: RelayObserver | None = None,
         heartbeat_topics: Sequence[str] = (),
         heartbeat_interval_s: float = DEFAULT_INTERVAL_S,
+        missing_topic_wait_s: float = MISSING_TOPIC_WAIT_S,
     ) -> None:
         self.partition = partition
         self._source = source
@@ -103,6 +106,9 @@ class PartitionRelay:
         self._unsettled = False  # a transaction failed: restart before the next batch
         self.heartbeats = HeartbeatPlan(
             partition, owner.database_id, heartbeat_topics, heartbeat_interval_s
+        )
+        self._holds = PartitionHolds(
+            partition, source, self._observer, self._clock, missing_topic_wait_s
         )
 
     @property
@@ -238,25 +244,23 @@ class PartitionRelay:
             try:
                 result = self._try_batch(up_to_seq)
             except UndeliverableEventError as exc:  # _try_batch aborted the transaction
-                moved = self._source.dead_letter(self.partition, exc.outbox_ids, exc.reason)
-                self._observer.dead_lettered(self.partition, moved)
-                log.error(
-                    "relay partition %d: moved %d outbox row(s) %s to outbox_dead_letters: %s",
-                    self.partition,
-                    moved,
-                    list(exc.outbox_ids),
-                    exc.reason,
-                )
+                self._holds.set_aside(exc.outbox_ids, exc.reason)
                 attempt = 0  # the rest of the batch goes out in the next transaction
             except RetriableError as exc:
                 if isinstance(exc, AmbiguousCommitError):
                     self._unsettled = True  # the next attempt restarts first
-                if self._retry.gives_up_after(attempt):
+                missing = exc if isinstance(exc, TopicMissingError) and exc.outbox_ids else None
+                if missing is not None and self._holds.wait_over(missing):
+                    attempt = 0  # its rows are dead letters: the batch goes on without them
+                    continue
+                if missing is None and self._retry.gives_up_after(attempt):
                     raise GaveUpError(
                         f"relay partition {self.partition}: batch after seq {self.position} "
                         f"failed {attempt} times, last error: {exc}"
                     ) from exc
                 delay = self._retry.delay(attempt)
+                if missing is not None:  # bounded by --missing-topic-wait, not by attempts
+                    delay = min(delay, self._holds.wait_left(missing) + 0.05)
                 log.warning(
                     "relay partition %d: %s (%s); retrying in %.1f s",
                     self.partition,
@@ -264,10 +268,12 @@ class PartitionRelay:
                     exc,
                     delay,
                 )
-                self._observer.retrying(self.partition)
+                self._observer.retrying(self.partition, str(exc))
+                self._holds.stalled(exc)
                 if self._clock.wait(delay, stop):
                     return None
             else:
+                self._holds.moving()
                 self._observer.running(self.partition, self.position)
                 return result
 
@@ -275,13 +281,13 @@ class PartitionRelay:
         began = self._clock.monotonic()
         self._settle_first()
         position = self.position
-        records = self._source.fetch(self.partition, position, self._limits.rows, up_to_seq)
+        fetched = self._fetch(position, up_to_seq)
         self.heartbeats.learnt(self._source.settled(self.partition))
-        if not records:
+        if not fetched:
             self.heartbeats.committed(position)
             self.housekeep()  # idle: catch up
             return None
-        records = self._limits.take(records)
+        records = self._limits.take(fetched)
         last_seq = records[-1].seq
         self._publisher.begin()
         opened = self._clock.monotonic()
@@ -311,9 +317,19 @@ class PartitionRelay:
         times = [r.timestamp_ms for r in records]  # each row's created_at, in ms
         self._observer.published(self.partition, len(records), self._committed_at - began, times)
         self._failpoints.hit("after_commit", self.partition)
+        self._holds.published(records)
         if self._committed_at - self._housekept_at >= self._housekeeping_every_s:
             self.housekeep()
         return BatchResult(self.partition, len(records), records[0].seq, last_seq)
+
+    def _fetch(self, position: int, up_to_seq: int | None) -> list[OutboxRecord]:
+        """The next rows, without those that follow a dead letter of their key (moved to
+        the dead letters, I2); fetched again when nothing else was left."""
+        while True:
+            found = self._source.fetch(self.partition, position, self._limits.rows, up_to_seq)
+            kept = self._holds.followers(found)
+            if kept or not found:
+                return kept
 
     def drain(self, stop: threading.Event | None = None) -> DrainResult:
         """Publish every row committed before this call, then return."""
@@ -326,6 +342,7 @@ class PartitionRelay:
         try:
             if self._position is not None:
                 self.housekeep()
+                self._holds.moving()
         except RetriableError as exc:
             log.warning("relay partition %d: recording what was published: %s", self.partition, exc)
         finally:

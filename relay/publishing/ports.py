@@ -20,7 +20,8 @@ class OutboxSource(Protocol):
     def fetch(
         self, partition: int, after_seq: int, limit: int, up_to_seq: int | None = None
     ) -> Sequence[OutboxRecord]:
-        """Up to ``limit`` rows with ``after_seq < seq [<= up_to_seq]``, ascending seq."""
+        """Up to ``limit`` rows with ``after_seq < seq [<= up_to_seq]``, ascending seq;
+        a row after a dead letter of its key names the key's first (``follows``)."""
         ...
 
     def settled(self, partition: int) -> Settled | None:
@@ -42,6 +43,18 @@ class OutboxSource(Protocol):
     def dead_letter(self, partition: int, outbox_ids: Sequence[int], error: str) -> int:
         """Move rows Kafka refuses for good to the dead-letter table, with ``error``,
         in one transaction. Returns how many moved."""
+        ...
+
+    def record_stall(
+        self, partition: int, outbox_id: int | None, topic: str | None, reason: str
+    ) -> None:
+        """Record what holds ``partition`` while its batch is retried (``relay status``):
+        the row at fault and its topic when one is, and the reason; since when stays as
+        it was while the row is the same."""
+        ...
+
+    def clear_stall(self, partition: int) -> None:
+        """Nothing holds ``partition`` any more."""
         ...
 
     def identity(self) -> OutboxIdentity:
@@ -128,8 +141,8 @@ class RelayObserver(Protocol):
         """A batch committed ``records`` rows, ``seconds`` after its fetch began, just now;
         ``event_times_ms``: each row's created_at (its Kafka timestamp; 0: none)."""
 
-    def retrying(self, partition: int) -> None:
-        """A batch failed with a transient error and waits to be tried again."""
+    def retrying(self, partition: int, reason: str = "") -> None:
+        """A batch failed with a transient error (``reason``) and waits to be tried again."""
 
     def dead_lettered(self, partition: int, rows: int) -> None:
         """Kafka refused ``rows`` for good; they moved to outbox_dead_letters."""
@@ -149,7 +162,7 @@ class NoObserver:
     ) -> None:
         pass
 
-    def retrying(self, partition: int) -> None:
+    def retrying(self, partition: int, reason: str = "") -> None:
         pass
 
     def dead_lettered(self, partition: int, rows: int) -> None:

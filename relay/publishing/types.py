@@ -24,6 +24,9 @@ class OutboxRecord:
     # The event time: the row's created_at in milliseconds since the epoch, published as
     # the record's Kafka timestamp; 0 lets the producer stamp the record when it sends it.
     timestamp_ms: int = 0
+    # The id of the first dead letter of the same key, when the row comes after one: the
+    # row must follow it to outbox_dead_letters rather than overtake it (I2).
+    follows: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ class Readiness:
         self._lock = threading.Lock()
         self._checked = False
         self._states: dict[str, State] = {}
+        self._reasons: dict[str, str] = {}  # why a component retries, when told
 
     def checked(self, components: Iterable[str]) -> None:
         """The start-up checks passed; each of ``components`` must run to be ready."""
@@ -36,14 +37,18 @@ class Readiness:
             for component in components:
                 self._states.setdefault(component, State.STARTING)
 
-    def set(self, component: str, state: State) -> None:
+    def set(self, component: str, state: State, reason: str = "") -> None:
+        """``reason``: why it retries (shown by :meth:`check`), e.g. a topic that does not
+        exist."""
         with self._lock:
             self._states[component] = state
+            self._reasons[component] = reason
 
     def forget(self, component: str) -> None:
         """``component`` is no longer this command's (a relay partition handed on)."""
         with self._lock:
             self._states.pop(component, None)
+            self._reasons.pop(component, None)
 
     def check(self) -> tuple[bool, str]:
         """(ready, why): ``why`` names each component that is not running."""
@@ -51,7 +56,7 @@ class Readiness:
             if not self._checked:
                 return False, "start-up checks have not passed yet"
             waiting = [
-                f"{name} {state.value}"
+                f"{name} {state.value}" + (f" ({why})" if (why := self._reasons.get(name)) else "")
                 for name, state in sorted(self._states.items())
                 if state is not State.RUNNING
             ]

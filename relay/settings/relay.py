@@ -128,6 +128,16 @@ MEMBER_SESSION_TIMEOUT = Setting(
     "partitions to the others",
     metavar="MS",
 )
+MISSING_TOPIC_WAIT = Setting(
+    "missing_topic_wait_s",
+    "RELAY_MISSING_TOPIC_WAIT_S",
+    "--missing-topic-wait",
+    seconds,
+    60.0,
+    "a row whose topic does not exist (or may not be written) holds its relay partition "
+    "this long, then goes to outbox_dead_letters and publishing goes on",
+    metavar="SECONDS",
+)
 CLEANUP = Setting(
     "cleanup",
     "RELAY_CLEANUP",
@@ -172,6 +182,7 @@ RELAY = (
     CLEANUP,
     HEARTBEAT_TOPICS,
     HEARTBEAT_INTERVAL,
+    MISSING_TOPIC_WAIT,
 )
 """The relay's own settings, by field of :class:`RelaySettings`."""
 
@@ -195,6 +206,7 @@ class RelaySettings:
     member_session_timeout_ms: int = MEMBER_SESSION_TIMEOUT.default
     heartbeat_topics: tuple[str, ...] = HEARTBEAT_TOPICS.default
     heartbeat_interval_s: float = HEARTBEAT_INTERVAL.default
+    missing_topic_wait_s: float = MISSING_TOPIC_WAIT.default
     metrics_port: int | None = METRICS_PORT.default  # None: no /metrics, /healthz, /readyz
     metrics_host: str = METRICS_HOST.default
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from relay.errors import (
     AmbiguousCommitError,
@@ -72,20 +72,39 @@ class MemoryOutbox:
     ) -> Sequence[OutboxRecord]:
         limit_seq = up_to_seq if up_to_seq is not None else 2**63
         found = [r for r in self.rows.get(partition, []) if after_seq < r.seq <= limit_seq]
-        return sorted(found, key=lambda r: r.seq)[:limit]
+        return [
+            replace(r, follows=first[1])
+            if r.key is not None and (first := self.dead_keys.get(r.key)) and r.seq > first[0]
+            else r
+            for r in sorted(found, key=lambda r: r.seq)[:limit]
+        ]
 
     def last_assigned_seq(self) -> int:
         return self.assigned
 
     dead: list[tuple[int, str]] = field(default_factory=list)
+    # key -> (seq, id) of its first dead letter
+    dead_keys: dict[bytes, tuple[int, int]] = field(default_factory=dict)
+    stalls: dict[int, tuple[int | None, str | None, str]] = field(default_factory=dict)
 
     def dead_letter(self, partition: int, outbox_ids: Sequence[int], error: str) -> int:
         # Like the database: only rows of ``partition`` that still exist move.
         before = self.rows.get(partition, [])
-        moved = [r.id for r in before if r.id in outbox_ids]
+        moved = [r for r in before if r.id in outbox_ids]
         self.rows[partition] = [r for r in before if r.id not in outbox_ids]
-        self.dead.extend((i, error) for i in moved)
+        for r in moved:
+            self.dead.append((r.id, error))
+            if r.key is not None and r.key not in self.dead_keys:
+                self.dead_keys[r.key] = (r.seq, len(self.dead))  # the dead letter's id
         return len(moved)
+
+    def record_stall(
+        self, partition: int, outbox_id: int | None, topic: str | None, reason: str
+    ) -> None:
+        self.stalls[partition] = (outbox_id, topic, reason)
+
+    def clear_stall(self, partition: int) -> None:
+        self.stalls.pop(partition, None)
 
     floors: dict[int, int] = field(default_factory=dict)
     database: OutboxIdentity = field(
@@ -215,7 +234,9 @@ class MemoryPublisher:
         for r in records:
             topic = self.kafka.topics.get(r.topic)
             if topic is None:
-                raise TopicMissingError(f"topic {r.topic!r} does not exist")
+                ids = tuple(x.id for x in records if x.topic == r.topic)
+                reason = f"topic {r.topic!r} does not exist"
+                raise TopicMissingError(reason, r.topic, ids, reason)
             if topic.compacted and r.key is None:
                 refused[r.id] = f"topic {r.topic} is compacted and the event has no key"
                 continue

@@ -55,7 +55,7 @@ def test_an_outbox_row_kafka_refused_is_published_once_after_the_limit_is_raised
     events = [
         relay.Event(topic, "k", {"n": 0}),
         relay.Event(topic, "k", big, {"trace": "abc"}, event_type="Big"),
-        relay.Event(topic, "k", {"n": 2}),
+        relay.Event(topic, "k2", {"n": 2}),  # of "k" it would follow the dead letter
     ]
     ids = publish_events(relay_env.database_url, events)
     assert run_relay(relay_env, "run", "--once").returncode == 0
@@ -109,14 +109,18 @@ def test_an_outbox_row_kafka_refused_is_published_once_after_the_limit_is_raised
     assert again.seq == max(r.seq for r in consumed)
 
 
-def _two_dead_letters(env: RelayTestEnv, topic: str, headers: str) -> list[int]:
+def _two_dead_letters(
+    env: RelayTestEnv, topic: str, headers: str, *, same_key: bool = False
+) -> list[int]:
     """Two rows written by plain SQL with ``headers`` that cannot become Kafka headers,
-    dead-lettered by the relay; their dead letters' ids."""
-    for _ in range(2):
+    dead-lettered by the relay; their dead letters' ids. With ``same_key`` the second row
+    is of the first one's key (it would follow the first one's dead letter anyway)."""
+    for n in range(2):
         env.sql(
             "INSERT INTO outbox (topic, key, value, headers) "
-            "VALUES (:t, 'k', '\\x7b7d', CAST(:h AS jsonb))",
+            "VALUES (:t, :k, '\\x7b7d', CAST(:h AS jsonb))",
             t=topic,
+            k=b"k" if same_key else b"k%d" % n,
             h=headers,
         )
     assert run_relay(env, "run", "--once").returncode == 0
@@ -157,6 +161,47 @@ def test_unreadable_headers_are_kept_until_fixed_and_discard_deletes(
     consumed = read_committed(relay_env.bootstrap_servers, topic)
     assert len(consumed) == 2 and good < {r.outbox_id for r in consumed}
     assert sorted(r.headers.get("trace", b"") for r in consumed) == [b"", b"abc"]
+
+
+def test_a_keys_dead_letters_are_replayed_together_in_their_order(
+    relay_env: RelayTestEnv, topic: str
+) -> None:
+    """A key's later rows follow its dead letter (I2), so its dead letters go back together:
+    a replay of one takes the others along, in their order, and is refused as a whole
+    while one of them cannot go back."""
+    first, second = _two_dead_letters(relay_env, topic, '[["a"]]', same_key=True)
+    after = publish_events(relay_env.database_url, [relay.Event(topic, "k", {"n": 3})])
+    assert run_relay(relay_env, "run", "--once").returncode == 0
+    errors = _dead_letters(relay_env, "outbox_dead_letters")
+    (third,) = set(errors) - {first, second}
+    assert f"follows dead letter {first} of the same key" in errors[third]
+    relay_env.sql(
+        """UPDATE outbox_dead_letters SET headers = '[["trace", "YWJj"]]' WHERE id = :i""",
+        i=first,
+    )
+
+    refused = run_relay(relay_env, "dead-letters", "replay", str(first), "--yes")
+    assert refused.returncode == 1
+    assert f"outbox dead letter {first}: kept: kept with dead letter {second}" in refused.stderr
+    assert set(_dead_letters(relay_env, "outbox_dead_letters")) == {first, second, third}
+    assert relay_env.sql("SELECT count(*) FROM outbox") == [(0,)]
+
+    relay_env.sql("UPDATE outbox_dead_letters SET headers = '[]' WHERE id = :i", i=second)
+    unconfirmed = run_relay(relay_env, "dead-letters", "replay", str(third))
+    assert unconfirmed.returncode == 2  # lists the key's three
+    assert all(f"{i} " in unconfirmed.stdout for i in (first, second, third))
+    replayed = run_relay(relay_env, "dead-letters", "replay", str(third), "--yes")
+    assert replayed.returncode == 0, replayed.stderr
+    assert _dead_letters(relay_env, "outbox_dead_letters") == {}
+    assert run_relay(relay_env, "run", "--once").returncode == 0
+    consumed = read_committed(relay_env.bootstrap_servers, topic)
+    assert [(r.headers.get("trace"), r.value) for r in consumed] == [
+        (b"abc", b"{}"),
+        (None, b"{}"),
+        (None, b'{"n":3}'),
+    ]
+    assert not after & {r.outbox_id for r in consumed}  # new rows, new ids
+    assert [r.seq for r in consumed] == sorted(r.seq for r in consumed)
 
 
 def _tool(env: MirrorEnv, *args: str) -> subprocess.CompletedProcess[str]:

@@ -122,12 +122,15 @@ def test_relay_run_is_not_ready_while_a_partition_retries(
     )
     (port,) = free_ports(1)
     log = tmp_path / "relay.log"
-    service = start_relay(relay_env, "run", "--metrics-port", str(port), log=log)
+    service = start_relay(
+        relay_env, "run", "--metrics-port", str(port), log=log, RELAY_MISSING_TOPIC_WAIT_S="600"
+    )
     try:
         wait_until(
             lambda: (
                 get(port, "/readyz")[0] == 503
                 and "retrying" in get(port, "/readyz")[1]
+                and f"topic '{topic}' does not exist" in get(port, "/readyz")[1]  # the reason
                 and total(scrape(port), "relay_outbox_retries_total") > 0
             ),
             60,

@@ -152,10 +152,10 @@ class OutboxMetrics(ProcessMetrics):
         self._duration.observe(seconds)
         self._latency.observe(self._wall(), event_times_ms)
 
-    def retrying(self, partition: int) -> None:
+    def retrying(self, partition: int, reason: str = "") -> None:
         self._export(partition)
         self._retries.labels(str(partition)).inc()
-        self.readiness.set(_partition(partition), State.RETRYING)
+        self.readiness.set(_partition(partition), State.RETRYING, reason)
 
     def dead_lettered(self, partition: int, rows: int) -> None:
         self._dead_letters.labels(str(partition)).inc(rows)

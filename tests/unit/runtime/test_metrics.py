@@ -216,7 +216,7 @@ def test_a_retried_batch_is_aborted_counted_and_not_ready_until_it_succeeds() ->
 
     relay._clock.wait = wait  # type: ignore[attr-defined]
     assert relay.publish_batch() is not None
-    assert seen == [(False, "relay partition 0 retrying")] * 2
+    assert seen == [(False, "relay partition 0 retrying (broker hiccup)")] * 2  # names why
     assert metrics.readiness.check() == (True, "ready")
     assert sample(metrics, "relay_outbox_retries_total", partition="0") == 2
     assert sample(metrics, "relay_outbox_transactions_aborted_total", partition="0") == 2
