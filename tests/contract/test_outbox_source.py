@@ -17,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 import relay
+from relay.postgres import outbox_holds
 from relay.postgres.engine import Database
 from relay.postgres.outbox_source import PostgresOutboxSource
 from relay.publishing.ports import OutboxSource
@@ -41,9 +42,9 @@ def event_fields(n: int) -> tuple[bytes | None, str | None, Headers]:
 class OutboxHarness(Protocol):
     source: OutboxSource
 
-    def write(self, partition: int, count: int) -> list[OutboxRecord]:
-        """Commit ``count`` rows to ``partition`` in one transaction; the rows as the
-        source must return them."""
+    def write(self, partition: int, count: int, key: bytes | None = None) -> list[OutboxRecord]:
+        """Commit ``count`` rows to ``partition`` in one transaction (of ``key`` when given:
+        one of ``partition``); the rows as the source must return them."""
         ...
 
     def dead_letters(self) -> list[tuple[int, str]]:
@@ -58,12 +59,13 @@ class MemoryHarness:
         self._ids = itertools.count(1)
         self._seqs = itertools.count(1)
 
-    def write(self, partition: int, count: int) -> list[OutboxRecord]:
+    def write(self, partition: int, count: int, key: bytes | None = None) -> list[OutboxRecord]:
         records = []
+        given = key
         for _ in range(count):
             outbox_id = next(self._ids)
             value, event_type, headers = event_fields(outbox_id)
-            key = b"key-%d" % outbox_id
+            key = given or b"key-%d" % outbox_id
             seq = next(self._seqs)
             records.append(
                 OutboxRecord(
@@ -88,11 +90,12 @@ class PostgresHarness:
     def _key_in(self, partition: int) -> bytes:
         return next(k for k in self._keys if partition_of(k, RELAY_PARTITIONS) == partition)
 
-    def write(self, partition: int, count: int) -> list[OutboxRecord]:
+    def write(self, partition: int, count: int, key: bytes | None = None) -> list[OutboxRecord]:
         expected = []
         events = []
+        given = key
         for _ in range(count):
-            key = self._key_in(partition)
+            key = given or self._key_in(partition)
             value, event_type, headers = event_fields(next(self._events))
             expected.append((key, value, event_type, headers))
             events.append(relay.Event(TOPIC, key, value, list(headers), event_type))
@@ -275,3 +278,27 @@ def test_the_database_has_one_identity(outbox: OutboxHarness) -> None:
     assert first == second
     assert first.database_id
     assert first.default_prefix.startswith("outbox-relay")
+
+
+@pytest.mark.parametrize("many_dead_letters", [False, True], ids=["few keys", "many keys"])
+def test_rows_after_a_dead_letter_of_their_key_name_its_first(
+    outbox: OutboxHarness, many_dead_letters: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """I2: a fetched row behind a dead letter of its key names the key's first dead letter
+    (``follows``), an earlier row of the key does not, nor do rows of other keys. "many
+    keys": the lookup by the batch's keys, used past outbox_holds.FEW_KEYS."""
+    if many_dead_letters:
+        monkeypatch.setattr(outbox_holds, "FEW_KEYS", 0)
+    key = next(
+        k for k in (b"follow-%d" % n for n in range(1000)) if partition_of(k, RELAY_PARTITIONS) == 0
+    )
+    before, first, second, after = (outbox.write(0, 1, key=key)[0] for _ in range(4))
+    other = outbox.write(0, 1)[0]
+    outbox.source.dead_letter(0, [first.id], "refused")
+    outbox.source.dead_letter(0, [second.id], "follows")
+    fetched = {r.id: r.follows for r in outbox.source.fetch(0, 0, 100)}
+    assert set(fetched) == {before.id, after.id, other.id}
+    assert fetched[before.id] is None and fetched[other.id] is None
+    assert fetched[after.id] is not None  # the first dead letter's id
+    outbox.source.dead_letter(0, [after.id], "follows")
+    assert [r.follows for r in outbox.source.fetch(0, 0, 100)] == [None, None]
