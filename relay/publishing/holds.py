@@ -45,7 +45,18 @@ class PartitionHolds:
         self._clock = clock
         self.missing_topic_wait_s = missing_topic_wait_s
         self._missing: dict[str, float] = {}  # topic -> when it was first found missing
+        self._due: list[tuple[Sequence[int], str]] = []  # to move before the next batch
         self._stalled: tuple[int | None, str] | None = _UNKNOWN  # (outbox id, topic) recorded
+
+    def later(self, outbox_ids: Sequence[int], reason: str) -> None:
+        """Move rows to the dead letters before the next batch (:meth:`flush`, where a
+        failure of the database is retried like the batch's own)."""
+        self._due.append((outbox_ids, reason))
+
+    def flush(self) -> None:
+        while self._due:
+            self.set_aside(*self._due[0])
+            del self._due[0]
 
     def set_aside(self, outbox_ids: Sequence[int], reason: str) -> int:
         """Move rows to the dead letters with ``reason``; how many moved."""
@@ -83,12 +94,12 @@ class PartitionHolds:
         return max(0.0, self.missing_topic_wait_s - (self._clock.monotonic() - since))
 
     def wait_over(self, exc: TopicMissingError) -> bool:
-        """Whether the rows of a missing topic waited their time: then they are dead
-        letters now, and the batch goes on without them."""
+        """Whether the rows of a missing topic waited their time: then they go to the dead
+        letters before the next batch, which goes on without them."""
         if not exc.topic or not exc.outbox_ids or self.wait_left(exc) > 0:
             return False
         waited = self._clock.monotonic() - self._missing[exc.topic]
-        self.set_aside(
+        self.later(
             exc.outbox_ids,
             f"{exc.reason}; waited {waited:.0f} s (--missing-topic-wait "
             f"{self.missing_topic_wait_s:g} s): create the topic, then replay",
@@ -109,12 +120,12 @@ class PartitionHolds:
         else:
             held, reason = (None, ""), str(exc)
         if self._stalled == held:
-            return  # recorded, with its since
+            return  # recorded (or tried: the database may be what fails), with its since
+        self._stalled = held
         outbox_id, topic = held
-        if self._record(
+        self._record(
             lambda: self._source.record_stall(self.partition, outbox_id, topic or None, reason)
-        ):
-            self._stalled = held
+        )
 
     def moving(self) -> None:
         """A batch went through (or nothing was pending): nothing holds the partition."""

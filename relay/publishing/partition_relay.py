@@ -244,7 +244,7 @@ class PartitionRelay:
             try:
                 result = self._try_batch(up_to_seq)
             except UndeliverableEventError as exc:  # _try_batch aborted the transaction
-                self._holds.set_aside(exc.outbox_ids, exc.reason)
+                self._holds.later(exc.outbox_ids, exc.reason)
                 attempt = 0  # the rest of the batch goes out in the next transaction
             except RetriableError as exc:
                 if isinstance(exc, AmbiguousCommitError):
@@ -280,6 +280,7 @@ class PartitionRelay:
     def _try_batch(self, up_to_seq: int | None) -> BatchResult | None:
         began = self._clock.monotonic()
         self._settle_first()
+        self._holds.flush()  # rows refused for good, after the failed batch
         position = self.position
         fetched = self._fetch(position, up_to_seq)
         self.heartbeats.learnt(self._source.settled(self.partition))

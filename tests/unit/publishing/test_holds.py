@@ -2,8 +2,10 @@
 later rows follow its dead letter (I2); what holds a partition is recorded while it
 retries (relay.publishing.holds, through PartitionRelay)."""
 
+from collections.abc import Sequence
 from dataclasses import replace
 
+from relay.errors import RetriableError
 from relay.publishing.partition_relay import PartitionRelay
 from relay.publishing.types import OutboxRecord
 from relay.runtime.retry import RetryPolicy
@@ -96,3 +98,21 @@ def test_what_holds_the_partition_is_recorded_while_it_waits_and_cleared_after()
     assert seen == [(1, "later", "topic 'later' does not exist")] * 3
     assert outbox.stalls == {}
     assert outbox.dead == []
+
+
+def test_a_database_failure_while_moving_rows_aside_is_retried_like_a_batch() -> None:
+    outbox, clock = MemoryOutbox(), FakeClock()
+    kafka = MemoryKafka(topics={"t": MemoryTopic(compacted=True)})
+    outbox.add(row(1, None), row(2, b"b"))
+    move = outbox.dead_letter
+    failures = [RetriableError("the database restarts")]
+
+    def flaky(partition: int, outbox_ids: Sequence[int], error: str) -> int:
+        if failures:
+            raise failures.pop()
+        return move(partition, outbox_ids, error)
+
+    outbox.dead_letter = flaky  # type: ignore[method-assign]
+    relay_of(outbox, kafka, clock).drain()
+    assert [i for i, _ in outbox.dead] == [1]
+    assert [r.seq for r in kafka.committed] == [2]
