@@ -4,9 +4,10 @@ A missing topic, or one this relay may not write (TOPIC_AUTHORIZATION_FAILED), i
 retriable condition naming its rows: they hold the relay partition for at most
 ``--missing-topic-wait``, then the relay moves them to the dead-letter table (it may be
 created, or the permission granted, meanwhile). A record the topic can never accept (larger
-than ``max.message.bytes`` on its own, a null key on a compacted topic, a topic name Kafka
-cannot have) is refused up front by outbox id, so the relay can move exactly that row to
-the dead-letter table instead of failing the batch for ever.
+than ``max.message.bytes`` on its own, or a null key on a compacted topic) is refused up
+front by outbox id, so the relay can move exactly that row to the dead-letter table instead
+of failing the batch for ever. (A topic name Kafka cannot have never reaches the outbox:
+the database refuses it, ``outbox_topic_valid``.)
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from confluent_kafka.admin._resource import ResourceType
 
 from relay.errors import RetriableError, TopicMissingError
 from relay.kafka.errors import translate
-from relay.publishing.events import TOPIC_NAME
 from relay.publishing.types import OutboxRecord
 
 log = logging.getLogger(__name__)
@@ -225,12 +225,7 @@ class TopicGuard:
         fit every limit is checked as a whole."""
         fresh: set[str] = set()  # topics whose limits were read during this check
         limits: dict[str, TopicLimits] = {}
-        refused: dict[int, str] = {}
         for topic in dict.fromkeys(map(_TOPIC, records)):  # in order of first appearance
-            if not TOPIC_NAME.match(topic):  # written by plain SQL: no topic can have it
-                invalid = f"invalid Kafka topic name {topic!r} (1-249 of [A-Za-z0-9._-])"
-                refused.update((r.id, invalid) for r in records if r.topic == topic)
-                continue
             found = self._limits.get(topic)
             if found is None:
                 found = self._load(topic, records)
@@ -238,6 +233,7 @@ class TopicGuard:
             limits[topic] = found
         measure = _Measure(headers_of, RECORD_BOUND_OVERHEAD + headers_max, measure_below)
         watched = measure.watched(records, limits)
+        refused: dict[int, str] = {}
         for record in records if watched else ():
             topic = record.topic
             if topic not in watched:
