@@ -127,6 +127,14 @@ def render_json(report: StatusReport, options: StatusOptions, failed: list[str])
                 "dead_letters": p.dead_letters,
                 "held_up": bool(p.held_up_by),
                 "held_up_by": list(p.held_up_by),
+                "stall": None
+                if p.stall is None
+                else {
+                    "outbox_id": p.stall.outbox_id,
+                    "topic": p.stall.topic,
+                    "reason": p.stall.reason,
+                    "since": _time(p.stall.since, "milliseconds"),
+                },
             }
             for p in report.outbox
         ],

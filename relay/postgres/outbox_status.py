@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from sqlalchemy import text
 
@@ -71,6 +71,16 @@ class OutboxPartitionStatus:
     # the reason and since when (outbox_stalls); transactions holding its horizon's lock;
     # rows of the previous relay partition count still unpublished.
     held_up_by: tuple[str, ...]
+    # What its relay retries a batch for (outbox_stalls): None while nothing holds it.
+    stall: Stall | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Stall:
+    outbox_id: int | None  # the row at fault (None: the whole batch, e.g. a broker down)
+    topic: str | None
+    reason: str
+    since: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,13 +109,11 @@ def outbox_status(
             else (f"rows up to position {barrier} of the previous relay partition count",)
         )
         stalls = {
-            int(r.partition): (
-                stall_line(r.outbox_id, r.topic, r.reason, r.since.isoformat(timespec="seconds")),
-            )
+            int(r.partition): Stall(r.outbox_id, r.topic, str(r.reason), r.since)
             for r in conn.execute(STALLS, {"partitions": partitions})
         }
         holders = {
-            p: stalls.get(p, ())
+            p: tuple(_stall_line(s) for s in (stalls.get(p),) if s is not None)
             + tuple(conn.execute(HORIZON_BLOCKERS, {"partition": p}).scalars())
             + count_change
             for p in partitions
@@ -122,9 +130,15 @@ def outbox_status(
             last_publish=row.last_publish,
             dead_letters=int(row.dead_letters),
             held_up_by=holders[int(row.partition)],
+            stall=stalls.get(int(row.partition)),
         )
         for row in rows
     ]
+
+
+def _stall_line(stall: Stall) -> str:
+    since = stall.since.astimezone(UTC).isoformat(timespec="seconds")
+    return stall_line(stall.outbox_id, stall.topic, stall.reason, since)
 
 
 def mirror_stored_offsets(database: Database, group: str | None = None) -> list[MirrorStoredOffset]:

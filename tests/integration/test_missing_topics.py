@@ -168,6 +168,11 @@ def test_status_and_readiness_name_the_row_a_partition_waits_for(
 
         wait_until(lambda: bool(held_up_by()), 30, "relay status to name the row")
         (line,) = held_up_by()
+        result = run_relay(relay_env, "status", "--output", "json", "--partitions", "0")
+        stall = json.loads(result.stdout)["outbox"][0]["stall"]
+        assert (stall["outbox_id"], stall["topic"]) == (typo_id, missing)
+        assert stall["reason"].startswith(f"topic '{missing}' does not exist")
+        assert f"since {stall['since'][:19]}" in line  # to the second, UTC
         assert f"outbox row {typo_id}" in line
         assert f"topic '{missing}' does not exist" in line
         assert " since " in line
@@ -181,3 +186,4 @@ def test_status_and_readiness_name_the_row_a_partition_waits_for(
     # Stopped: nothing holds the partition any more.
     result = run_relay(relay_env, "status", "--output", "json", "--partitions", "0")
     assert json.loads(result.stdout)["outbox"][0]["held_up_by"] == []
+    assert json.loads(result.stdout)["outbox"][0]["stall"] is None

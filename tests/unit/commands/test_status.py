@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -18,7 +19,7 @@ from relay.commands.status import (
 )
 from relay.errors import ConfigurationError
 from relay.postgres.migrations import SchemaRevision
-from relay.postgres.outbox_status import OutboxPartitionStatus
+from relay.postgres.outbox_status import OutboxPartitionStatus, Stall
 from relay.runtime.secrets import Secret
 from relay.settings.connections import Connections, KafkaSettings
 from relay.settings.mirror import MirrorSettings
@@ -167,6 +168,7 @@ def test_json_is_one_object_with_the_documented_keys() -> None:
         "dead_letters": 2,
         "held_up": True,
         "held_up_by": ["backend 4711 (idle in transaction)"],
+        "stall": None,
     }
     assert document["outbox"][3]["last_publish"] is None
     assert document["outbox"][0]["oldest_pending_age_s"] is None
@@ -220,3 +222,18 @@ def test_a_newer_compatible_schema_says_so() -> None:
     assert render_text(report, StatusOptions(), []).splitlines()[0] == (
         f"schema    0008_x (newer than {HEAD}; runs relays of {HEAD} or later)"
     )
+
+
+def test_a_stalled_partition_shows_its_row_reason_and_since_in_utc() -> None:
+    elsewhere = timezone(timedelta(hours=2))
+    stall = Stall(981, "ordres", "topic 'ordres' does not exist", NOW.astimezone(elsewhere))
+    stalled = replace(_partition(1), stall=stall, held_up_by=("outbox row 981 ...",))
+    report = StatusReport(NOW, REPORT.schema, "g", (stalled,), mirror=())
+    document = json.loads(render_json(report, StatusOptions(), []))
+    assert document["outbox"][0]["stall"] == {
+        "outbox_id": 981,
+        "topic": "ordres",
+        "reason": "topic 'ordres' does not exist",
+        "since": "2026-11-23T10:00:00.000+00:00",
+    }
+    assert "outbox row 981 ..." in render_text(report, StatusOptions(), [])
