@@ -44,15 +44,16 @@ def test_a_running_relay_follows_the_topics_size_limit_up_and_down(
     tmp_path: Path,
 ) -> None:
     topic = make_topic(partitions=1, config={"max.message.bytes": str(SMALL)})
+    # A key each: a key's later rows would follow its dead letter (test_missing_topics.py).
     log = tmp_path / "relay.log"
     service = start_relay(relay_env, "run", log=log)
     try:
-        (too_big,) = publish_events(relay_env.database_url, [relay.Event(topic, "k", b"x" * 6000)])
+        (too_big,) = publish_events(relay_env.database_url, [relay.Event(topic, "k1", b"x" * 6000)])
         wait_until(lambda: _dead(relay_env) == {too_big}, 60, "the 6 kB row to be refused")
 
         _set_limit(kafka_admin, topic, LARGE)
         fits_now = publish_events(
-            relay_env.database_url, [relay.Event(topic, "k", b"y" * 6000)]
+            relay_env.database_url, [relay.Event(topic, "k2", b"y" * 6000)]
         ) - {too_big}
         wait_until(
             lambda: fits_now <= _published(relay_env, topic), 60, "the raised limit to be used"
@@ -62,7 +63,7 @@ def test_a_running_relay_follows_the_topics_size_limit_up_and_down(
         refused_now = (
             publish_events(
                 relay_env.database_url,
-                [relay.Event(topic, "k", b"z" * 6000), relay.Event(topic, "k", b"small")],
+                [relay.Event(topic, "k3", b"z" * 6000), relay.Event(topic, "k4", b"small")],
             )
             - {too_big}
             - fits_now
