@@ -31,6 +31,8 @@ _UNKNOWN = (-1, "")  # what the database holds about this partition before the f
 
 
 class PartitionHolds:
+    """One relay partition's dead-lettering, missing topics and stall record (above)."""
+
     def __init__(
         self,
         partition: int,
