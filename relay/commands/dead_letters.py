@@ -267,6 +267,7 @@ def describe(
         ("key", shown_bytes(letter.key, full)),
         ("value", shown_bytes(letter.value, full)),
         *_headers(letter.headers, full),
+        ("kafka timestamp", "(none)" if letter.timestamp is None else shown_time(letter.timestamp)),
         ("dead-lettered at", shown_time(letter.created_at)),
         ("error", letter.error),
     ]

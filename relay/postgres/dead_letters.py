@@ -59,7 +59,7 @@ _ONE: Mapping[Source, str] = {
     "outbox": "SELECT id, outbox_id, partition, seq, topic, key, value, event_type, headers, "
     "created_at, error, dead_lettered_at FROM outbox_dead_letters WHERE id = :id",
     "mirror": 'SELECT id, consumer_group, topic, partition, "offset", key, value, headers, '
-    "error, created_at FROM mirror_dead_letters WHERE id = :id",
+    "error, created_at, kafka_timestamp FROM mirror_dead_letters WHERE id = :id",
 }
 
 
@@ -105,11 +105,18 @@ class MirrorDeadLetter:
     headers: RecordHeaders
     error: str
     created_at: datetime
+    timestamp: datetime | None = None  # the record's Kafka timestamp; None before 0012
 
     def record(self) -> KafkaRecord:
         """The Kafka record as the mirror consumed it."""
         return KafkaRecord(
-            self.topic, self.partition, self.offset, self.key, self.value, self.headers
+            self.topic,
+            self.partition,
+            self.offset,
+            self.key,
+            self.value,
+            self.headers,
+            timestamp=self.timestamp,
         )
 
 
@@ -281,6 +288,7 @@ def _mirror_letter(row: Row[Any]) -> MirrorDeadLetter:
         record_headers(row.headers),
         str(row.error),
         row.created_at,
+        row.kafka_timestamp,
     )
 
 

@@ -193,6 +193,7 @@ class PostgresMirrorStore:
             "value": record.value,
             "headers": [_header_json(name, value) for name, value in record.headers],
             "error": dead.error.replace("\x00", "\\x00"),
+            "kafka_timestamp": record.timestamp,
         }
 
 

@@ -71,4 +71,5 @@ mirror_dead_letters = sa.Table(
     sa.Column("value", postgresql.BYTEA),
     sa.Column("headers", postgresql.JSONB, nullable=False),
     sa.Column("error", sa.Text, nullable=False),
+    sa.Column("kafka_timestamp", sa.DateTime(timezone=True)),  # 0012_mirror_dead_letter_time
 )

@@ -75,8 +75,17 @@ class MirrorEnv:
     def run(
         self, *args: str, timeout: float = 120, log_level: str = "INFO", **extra: str
     ) -> subprocess.CompletedProcess[str]:
+        return self.relay("--log-level", log_level, "mirror", *args, timeout=timeout, **extra)
+
+    def dead_letters(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """`relay dead-letters ARGS --mirror` for this group and mapping."""
+        return self.relay("dead-letters", *args, "--mirror")
+
+    def relay(
+        self, *args: str, timeout: float = 120, **extra: str
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            relay_command("--log-level", log_level, "mirror", *args),
+            relay_command(*args),
             env=self.env(**extra),
             cwd=PROJECT_ROOT,
             capture_output=True,

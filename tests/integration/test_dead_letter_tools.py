@@ -25,10 +25,8 @@ from tests.integration.mirror_support import (
     mirror_env,
 )
 from tests.integration.support import (
-    PROJECT_ROOT,
     RelayTestEnv,
     read_committed,
-    relay_command,
     run_relay,
     run_sql,
 )
@@ -205,15 +203,7 @@ def test_a_keys_dead_letters_are_replayed_together_in_their_order(
 
 
 def _tool(env: MirrorEnv, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        relay_command("dead-letters", *args, "--mirror"),
-        env=env.env(),
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return env.dead_letters(*args)
 
 
 def test_a_mirror_record_refused_by_a_constraint_applies_after_the_fix_version_guarded(

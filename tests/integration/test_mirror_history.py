@@ -463,3 +463,24 @@ o = "offset"
         (1, 1, 1, "upsert", 5),
         (2, 1, 2, "delete", None),
     ]
+
+
+def test_a_dead_letter_replayed_into_scd2_keeps_its_event_time(
+    env: MirrorEnv, bootstrap_servers: str, topic: str
+) -> None:
+    """A dead letter keeps its record's Kafka timestamp: replayed into an scd2 table once
+    the cause is fixed, the version is valid from its event time, as if applied at first."""
+    env.sql("ALTER TABLE item_history ADD CONSTRAINT qty_positive CHECK (qty > 0)")
+    produce(bootstrap_servers, topic, [(1, 10, 1, 0, None), (1, -1, 2, 7, None)])
+    assert env.run("--once").returncode == 0
+    stored = env.sql("SELECT error, kafka_timestamp FROM mirror_dead_letters")
+    assert [(("qty_positive" in str(error)), moment) for error, moment in stored] == [(True, at(7))]
+
+    env.sql("ALTER TABLE item_history DROP CONSTRAINT qty_positive")
+    replayed = env.dead_letters("replay", "--all", "--yes")
+    assert replayed.returncode == 0, replayed.stderr
+    assert history(env) == [
+        (1, 1, 10, at(0), at(7), False),
+        (1, 2, -1, at(7), None, True),
+    ]
+    assert env.sql("SELECT kafka_ts FROM item_history WHERE seq = 2") == [(at(7),)]
