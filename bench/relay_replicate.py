@@ -38,7 +38,7 @@ from .replication import Flow
 PREFIX = "relay."
 """Target topic = PREFIX + source topic (``--target-prefix``)."""
 LOG_LEVEL = "INFO"
-"""Start-up lines only (fenced, position); nothing is logged per batch at INFO."""
+"""Start-up lines only (ready, the position); nothing is logged per batch at INFO."""
 _COPIED = re.compile(r"^relay_replicate_records_copied_total\{(.*)\}")
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 

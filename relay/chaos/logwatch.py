@@ -8,7 +8,11 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-_ROUTE_FENCED = re.compile(r"(\S+\[\d+\]): fenced, copying from offset")
+from relay.publishing.partition_relay import READY as RELAY_READY
+from relay.replication.partition_replicator import READY as REPLICA_READY
+
+_ROUTE_FENCED = re.compile(rf"(\S+\[\d+\]): {re.escape(REPLICA_READY)}; copying from offset")
+_RELAY_FENCED = re.compile(rf"relay partition (\d+): {re.escape(RELAY_READY)}")
 _LISTED = re.compile(r"relay partitions \[([\d, ]*)\]")
 _ONE = re.compile(r"relay partition (\d+)[: ]")
 
@@ -69,13 +73,9 @@ def appears_from_now(path: Path, text: str) -> Appears:
 
 
 def relay_partitions_fenced(data: bytes) -> set[str]:
-    """The relay partitions a relay's log shows fenced (``relay partition 3: fenced,
-    position ...``)."""
-    return {
-        line.split("relay partition ", 1)[1].split(":")[0]
-        for line in data.decode(errors="replace").splitlines()
-        if "fenced, position" in line and "relay partition " in line
-    }
+    """The relay partitions a relay's log shows it took over, fencing earlier producers
+    (``relay partition 3: ready, earlier producers of this partition fenced; ...``)."""
+    return set(_RELAY_FENCED.findall(data.decode(errors="replace")))
 
 
 def relay_holdings(data: bytes) -> set[str]:
@@ -109,8 +109,8 @@ def _listed(line: str) -> set[str]:
 
 
 def source_partitions_fenced(data: bytes) -> set[str]:
-    """The source partitions a replicator's log shows fenced (``chaos-accounts[2]:
-    fenced, copying from offset ...``)."""
+    """The source partitions a replicator's log shows it took over (``chaos-accounts[2]:
+    ready, earlier copiers of this partition fenced; copying from offset ...``)."""
     return set(_ROUTE_FENCED.findall(data.decode(errors="replace")))
 
 

@@ -24,14 +24,15 @@ from relay.devenv.private import PrivateServers
 from relay.errors import RelayError
 from relay.postgres import migrations
 from relay.postgres.migrations import PROJECT_ROOT
+from relay.publishing.partition_relay import READY as RELAY_READY
 from relay.runtime.secrets import Secret
 
 SPARK_JOB = PROJECT_ROOT / "jobs" / "outbox_relay.py"
 MIRROR_JOB = PROJECT_ROOT / "jobs" / "mirror.py"
 MIRROR_SLOTS = ("mirror-1", "mirror-2")
-# What a Spark job's log shows once its tasks work: a relay task fenced its partition,
-# a mirror task was assigned its Kafka partition.
-TASK_STARTED = {"spark": "fenced, position", "spark-mirror": "assigned "}
+# What a Spark job's log shows once its tasks work: a relay task holds its partition
+# (earlier producers fenced), a mirror task was assigned its Kafka partition.
+TASK_STARTED = {"spark": RELAY_READY, "spark-mirror": "assigned "}
 MIRROR_GROUP = "chaos-mirror"
 # The group notices a paused (SIGSTOP) mirror consumer after 6 s, the broker's minimum.
 MIRROR_KAFKA_PROPERTIES = "session.timeout.ms=6000;heartbeat.interval.ms=1000"

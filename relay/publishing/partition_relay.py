@@ -63,6 +63,10 @@ log = logging.getLogger(__name__)
 HOUSEKEEPING_EVERY_S = 1.0
 """How often a busy partition deletes its published rows: a database transaction (and,
 on a durable server, a WAL flush) per batch took a fifth of a small batch's time."""
+READY = "ready, earlier producers of this partition fenced"
+"""What a relay partition's start-up line says once it holds the partition (``relay
+partition 3: ready, ...``): the routine fence of earlier instances, not an error. The
+readers of logs (relay.chaos.logwatch) look for it."""
 
 
 class PartitionRelay:
@@ -129,7 +133,13 @@ class PartitionRelay:
         )
         self._position = position
         self._committed_at = self._clock.monotonic()  # or as good as: read back just now
-        log.info("relay partition %d: fenced, position %d", self.partition, self._position)
+        log.info(
+            "relay partition %d: %s; %s",
+            self.partition,
+            READY,
+            f"resuming after seq {position}" if position else "nothing published yet",
+            extra={"partition": self.partition, "position": position},
+        )
         self._failpoints.hit("startup", self.partition)
         self._housekept = 0
         self.housekeep()

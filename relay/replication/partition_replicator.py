@@ -50,6 +50,9 @@ from relay.runtime.retry import RetryPolicy
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+READY = "ready, earlier copiers of this partition fenced"
+"""What a route's start-up line says once the replicator holds it (``t[2]: ready, ...;
+copying from offset 78``); relay.chaos.logwatch looks for it."""
 
 
 class PartitionReplicator:
@@ -114,7 +117,17 @@ class PartitionReplicator:
         self._read.clear()
         self._reader.seek(self._next)
         self._committed_at = self._clock.monotonic()
-        log.info("%s: fenced, copying from offset %d", self.route, self._next)
+        log.info(
+            "%s: %s; copying from offset %d",
+            self.route,
+            READY,
+            self._next,
+            extra={
+                "topic": self.route.topic,
+                "partition": self.route.partition,
+                "offset": self._next,
+            },
+        )
         self._failpoints.hit("startup", self.route.partition)
         self._observer.running(self.route.topic, self.route.partition, self._next)
         return self._next

@@ -13,9 +13,10 @@ creates PATH first, and writes its pid there. ``hold`` (which needs ``once``) bl
 calling thread until a file ``PATH.release`` exists, while the process's other threads
 (librdkafka's among them) go on: a transaction kept open as long as a test needs.
 
-Points: ``startup`` (fenced, position read, nothing published), ``after_produce``
-(records sent inside the open Kafka transaction), ``before_commit`` (same place, for
-pausing), ``after_commit`` (Kafka committed, DB housekeeping not done).
+Points: ``startup`` (earlier producers fenced, position read, the ``relay partition N:
+ready, ...`` line logged, nothing published), ``after_produce`` (records sent inside the
+open Kafka transaction), ``before_commit`` (same place, for pausing), ``after_commit``
+(Kafka committed, DB housekeeping not done).
 
 The mirror (``relay mirror``, ``jobs/mirror.py``) has points of its own, where
 ``partition`` is the Kafka partition: ``mirror_before_apply`` (a batch fetched and

@@ -11,6 +11,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient
 
 import relay
+from relay.publishing.partition_relay import READY
 from tests.integration.support import (
     RelayTestEnv,
     assert_exactly_once_in_order,
@@ -75,7 +76,7 @@ def test_a_position_set_back_fences_the_running_relay_and_republishes_the_rows_a
     log = tmp_path / "relay.log"
     service = start_relay(relay_env, "run", "--no-cleanup", "--partitions", str(partition), log=log)
     try:
-        wait_until(lambda: "fenced, position" in log.read_text(), 60, "the relay to start")
+        wait_until(lambda: READY in log.read_text(), 60, "the relay to start")
         code, out, err = _set(relay_env, partition, back_to, "--yes")
         assert code == 0, err
         assert f"position {rows[-1][1]} -> {back_to}" in out

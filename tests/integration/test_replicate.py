@@ -15,6 +15,7 @@ from confluent_kafka.admin._resource import ResourceType
 
 from relay.devenv.endpoints import SaslEndpoint
 from relay.devenv.ports import free_ports
+from relay.replication.partition_replicator import READY
 from relay.runtime.failpoints import ENV_VAR as FAILPOINTS
 from tests.integration.replicate_support import (
     ReplicaEnv,
@@ -96,8 +97,7 @@ def test_a_second_instance_fences_the_first_and_nothing_is_duplicated(
         second = replica.start(*args, log=tmp_path / "second.log")
         wait_until(
             lambda: (
-                "fenced, copying from offset" in (tmp_path / "second.log").read_text()
-                and (tmp_path / "second.log").read_text().count("fenced, copying") == 2
+                (tmp_path / "second.log").read_text().count(f"{READY}; copying from offset") == 2
             ),
             60,
             "the second instance to take both partitions over",

@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from relay.replication.partition_replicator import READY
 from relay.runtime.failpoints import ENV_VAR as FAILPOINTS
 from tests.integration import support
 from tests.integration.replicate_support import (
@@ -138,7 +139,8 @@ def test_a_task_failing_mid_partition_is_rerun_by_spark_and_duplicates_nothing(
     starts = [
         int(offset)
         for offset in re.findall(
-            rf"{re.escape(topic)}\[1\]: fenced, copying from offset (\d+)", job.stderr
+            rf"{re.escape(topic)}\[1\]: {re.escape(READY)}; copying from offset (\d+)",
+            job.stderr,
         )
     ]
     assert len(starts) == 2 and starts[0] == 0, job.stderr[-3000:]

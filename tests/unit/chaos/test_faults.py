@@ -20,8 +20,13 @@ from relay.chaos.names import FaultKind
 from relay.chaos.processes import Command, Slot, Supervisor, is_stopped
 from relay.devenv.waiting import wait_until
 from relay.errors import FaultSkipped
+from relay.publishing.partition_relay import READY as RELAY_READY
+from relay.replication.partition_replicator import READY as REPLICA_READY
 from relay.runtime.clock import SystemClock
 from tests.fakes.publishing import FakeClock
+
+RELAY = f"{RELAY_READY}; resuming after seq "  # a relay's start-up line, then the position
+COPY = f"{REPLICA_READY}; copying from offset "
 
 
 def test_plan_covers_every_kind_first_then_draws_by_weight_reproducibly() -> None:
@@ -198,8 +203,7 @@ class _Scripted(random.Random):
 def _replicator_context(tmp_path: Path, rng: random.Random, **extra: object) -> FaultContext:
     # incarnation 1 just sleeps; the next ones log that they fenced three partitions
     fenced = "".join(
-        f"print('INFO relay.replication: chaos-accounts[{p}]: fenced, copying from offset 7')\n"
-        for p in range(3)
+        f"print('INFO relay.replication: chaos-accounts[{p}]: {COPY}7')\n" for p in range(3)
     )
 
     def command(n: int) -> Command:
@@ -321,14 +325,14 @@ def test_pause_relay_waits_until_the_relays_left_fenced_what_it_held(tmp_path: P
         {
             # 1: left running by an earlier pause; takes partition 1 once 3 has started
             1: f"while not pathlib.Path({str(go)!r}).exists(): time.sleep(0.02)\n"
-            + _say("relay partition 1: fenced, position 5")
+            + _say(f"relay partition 1: {RELAY}5")
             + "time.sleep(60)",
             # 2: the relay to pause, holding partitions 0 and 1
             2: _say("taking relay partitions [0, 1, 2]")
             + _say("handing relay partitions [2] on")
             + "time.sleep(60)",
             # 3: the new instance: takes partition 0
-            3: _say("relay partition 0: fenced, position 9")
+            3: _say(f"relay partition 0: {RELAY}9")
             + f"pathlib.Path({str(go)!r}).touch()\ntime.sleep(60)",
         },
     )
@@ -353,7 +357,7 @@ def test_pause_relay_reports_partitions_not_taken_over(tmp_path: Path) -> None:
         tmp_path,
         {
             1: _say("taking relay partitions [0, 1]") + "time.sleep(60)",
-            2: _say("relay partition 0: fenced, position 9") + "sys.exit(5)",
+            2: _say(f"relay partition 0: {RELAY}9") + "sys.exit(5)",
         },
     )
     paused = ctx.supervisor.running("relay")

@@ -13,49 +13,54 @@ from relay.chaos.logwatch import (
     relay_partitions_fenced,
     source_partitions_fenced,
 )
+from relay.publishing.partition_relay import READY as RELAY_READY
+from relay.replication.partition_replicator import READY as REPLICA_READY
+
+RELAY = f"{RELAY_READY}; resuming after seq "  # then the position
+COPY = f"{REPLICA_READY}; copying from offset "
 
 
 def test_partitions_fenced_by_a_relay_and_by_a_replicator() -> None:
-    relay = b"x relay partition 3: fenced, position 7\nx relay partition 1: published\n"
+    relay = f"x relay partition 3: {RELAY}7\nx relay partition 1: published\n".encode()
     assert relay_partitions_fenced(relay) == {"3"}
     replicator = (
-        b"INFO relay.replication.partition_replicator: chaos-accounts[2]: fenced, copying "
-        b"from offset 78\nINFO x: chaos-accounts[0]: start-up failed\n"
-        b"INFO y: dr.t[10]: fenced, copying from offset 0\n"
-    )
+        f"INFO relay.replication.partition_replicator: chaos-accounts[2]: {COPY}78\n"
+        "INFO x: chaos-accounts[0]: start-up failed\n"
+        f"INFO y: dr.t[10]: {COPY}0\n"
+    ).encode()
     assert source_partitions_fenced(replicator) == {"chaos-accounts[2]", "dr.t[10]"}
 
 
 def test_fenced_finds_distinct_partitions_across_partial_lines(tmp_path: Path) -> None:
     log = tmp_path / "replicator.log"
-    log.write_bytes(b"a[0]: fenced, copying from offset 1\na[1]: fenced, copy")
+    log.write_bytes(f"a[0]: {COPY}1\na[1]: {REPLICA_READY}; copy".encode())
     fenced = Fenced(LogReader(log), source_partitions_fenced)
     assert fenced() == {"a[0]"}
     with log.open("ab") as out:
-        out.write(b"ing from offset 5\na[0]: fenced, copying from offset 9\n")
+        out.write(f"ing from offset 5\na[0]: {COPY}9\n".encode())
     assert fenced() == {"a[0]", "a[1]"}
 
 
 def test_fenced_from_now_ignores_earlier_fences(tmp_path: Path) -> None:
     log = tmp_path / "relay.log"
-    log.write_bytes(b"relay partition 1: fenced, position 4\n")
+    log.write_bytes(f"relay partition 1: {RELAY}4\n".encode())
     fenced = Fenced(reader_from_now(log), relay_partitions_fenced)
     assert fenced() == set()
     with log.open("ab") as out:
-        out.write(b"relay partition 2: fenced, position 9\n")
+        out.write(f"relay partition 2: {RELAY}9\n".encode())
     assert fenced() == {"2"}
 
 
 def test_the_partitions_a_sharing_relay_holds() -> None:
     log = (
-        b"x relay.commands.shared_run: taking relay partitions [0, 1, 2, 3]\n"
-        b"x relay partition 2: fenced, position 0\n"
-        b"x relay partition 2 released: relay partition 2: fenced 0.0 s into a "
-        b"transaction; the others go on\n"
-        b"x lost relay partitions [3]: the members group moved on without this process\n"
-        b"x handing relay partitions [0] on\n"
-        b"x taking relay partitions [3]\n"
-    )
+        "x relay.commands.shared_run: taking relay partitions [0, 1, 2, 3]\n"
+        f"x relay partition 2: {RELAY}0\n"
+        "x relay partition 2 released: relay partition 2: fenced 0.0 s into a "
+        "transaction; the others go on\n"
+        "x lost relay partitions [3]: the members group moved on without this process\n"
+        "x handing relay partitions [0] on\n"
+        "x taking relay partitions [3]\n"
+    ).encode()
     assert relay_holdings(log) == {"1", "3"}
     back = log + b"x relay partition 2: still assigned here, taking it back\n"
     assert relay_holdings(back) == {"1", "2", "3"}
@@ -63,7 +68,7 @@ def test_the_partitions_a_sharing_relay_holds() -> None:
 
 
 def test_a_relay_that_never_took_partitions_holds_what_it_fenced() -> None:
-    log = b"relay partition 0: fenced, position 1\nrelay partition 3: fenced, position 2\n"
+    log = f"relay partition 0: {RELAY}1\nrelay partition 3: {RELAY}2\n".encode()
     assert relay_holdings(log) == {"0", "3"}
     assert relay_holdings(b"") == set()
 

@@ -1,3 +1,5 @@
+import logging
+
 import pytest
 
 from relay.errors import GaveUpError, ProducerFencedError
@@ -327,3 +329,23 @@ def test_closing_records_what_was_published() -> None:
     assert outbox.published_floor(0) == 0
     relay.close()
     assert (outbox.published_floor(0), outbox.rows[0]) == (2, [])
+
+
+def test_a_routine_start_says_the_partition_is_ready_not_that_it_was_fenced(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Fencing earlier producers is how every start takes a partition over: the line
+    says so in words that do not read like an error, and where the relay resumes."""
+    outbox, kafka = MemoryOutbox(), MemoryKafka()
+    kafka.positions[0] = CommittedPosition(7, OWNER)
+    outbox.add(*(record(0, s) for s in range(1, 8)))
+    with caplog.at_level(logging.INFO, logger="relay.publishing"):
+        make(outbox, kafka).start()
+        make(MemoryOutbox(), MemoryKafka()).start()
+    assert [r.getMessage() for r in caplog.records] == [
+        "relay partition 0: ready, earlier producers of this partition fenced; "
+        "resuming after seq 7",
+        "relay partition 0: ready, earlier producers of this partition fenced; "
+        "nothing published yet",
+    ]
+    assert (caplog.records[0].partition, caplog.records[0].position) == (0, 7)  # type: ignore[attr-defined]

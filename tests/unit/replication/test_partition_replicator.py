@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from relay.errors import (
@@ -167,3 +169,16 @@ def test_a_start_up_that_fails_for_a_moment_is_tried_again() -> None:
     target = MemoryTarget(fail_next_fences=3)
     with pytest.raises(GaveUpError, match="start-up failed 3 times"):
         make(source, target, retry=RetryPolicy(max_attempts=3)).drain(2)
+
+
+def test_a_routine_start_says_the_partition_is_ready_not_that_it_was_fenced(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    source = MemorySource(source_log(b"a", b"b", b"c"))
+    target = MemoryTarget()
+    with caplog.at_level(logging.INFO, logger="relay.replication"):
+        make(source, target).start()
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line == (
+        f"{ROUTE}: ready, earlier copiers of this partition fenced; copying from offset 0"
+    )
