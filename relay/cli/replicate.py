@@ -19,6 +19,7 @@ from relay.settings.flags import (
     add_once_flag,
     add_progress_flag,
     add_replicate_flags,
+    add_summary_flag,
     replicate_settings_from_args,
 )
 from relay.settings.replicate import ReplicateSettings
@@ -46,6 +47,7 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
         parser, "with --translate-group: commit the offsets (without: show them, change nothing)"
     )
     add_progress_flag(parser)
+    add_summary_flag(parser)
     add_replicate_flags(parser)
     add_metrics_flags(parser)
     parser.set_defaults(handler=_replicate)
@@ -64,7 +66,7 @@ def _replicate(args: argparse.Namespace) -> int:
     log.info("starting replicate: %s", settings.describe())
     progress = Progress() if args.once else None
     metrics = None if progress is None else ReplicaProgressMetrics(progress)
-    service = ReplicateService(settings, metrics=metrics)
+    service = ReplicateService(settings, metrics=metrics, summary_every_s=args.log_summary_s)
     stop_on_signals(service.stop_event.set, "finishing the open transactions, then stopping")
     with (
         serving(service.metrics, settings.metrics_host, settings.metrics_port),

@@ -13,6 +13,7 @@ from relay.settings.flags import (
     add_once_flag,
     add_progress_flag,
     add_relay_flags,
+    add_summary_flag,
     relay_settings_from_args,
 )
 
@@ -25,6 +26,7 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
     )
     add_once_flag(parser, "publish everything committed when it started")
     add_progress_flag(parser)
+    add_summary_flag(parser)
     add_connection_flags(parser)
     add_relay_flags(parser)
     add_metrics_flags(parser)
@@ -43,7 +45,9 @@ def _run(args: argparse.Namespace) -> int:
     # --once shows its progress: rows published of those pending at the start, rate, ETA.
     progress = Progress() if args.once else None
     metrics = OutboxMetrics() if progress is None else OutboxProgressMetrics(progress)
-    relay = ProcessRelay(settings, args.partitions, metrics=metrics)
+    relay = ProcessRelay(
+        settings, args.partitions, metrics=metrics, summary_every_s=args.log_summary_s
+    )
     stop_on_signals(relay.stop_event.set)
     with (
         serving(relay.metrics, settings.metrics_host, settings.metrics_port),

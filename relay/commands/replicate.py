@@ -23,6 +23,7 @@ from relay.kafka.replica_writer import KafkaReplicaWriter
 from relay.replication.partition_replicator import PartitionReplicator
 from relay.replication.ports import ReplicaObserver
 from relay.replication.types import Origin, ReplicaResult, Route
+from relay.runtime.activity import ActivityLog
 from relay.runtime.clock import Clock, SystemClock
 from relay.runtime.failpoints import Failpoints
 from relay.runtime.metrics import ReplicaMetrics
@@ -130,11 +131,16 @@ class ReplicateService:
         *,
         clock: Clock | None = None,
         metrics: ReplicaMetrics | None = None,
+        summary_every_s: float = 60.0,
     ) -> None:
         self._settings = settings
         self._clock = clock or SystemClock()
         self.metrics = metrics or ReplicaMetrics()
         self.stop_event = threading.Event()
+        # Each batch is logged at DEBUG; at INFO, what was copied every so often.
+        self._activity = ActivityLog(
+            log, "copied", "records", "offsets", every_s=summary_every_s, clock=self._clock
+        )
 
     def run(self, once: bool) -> RunSummary[ReplicaResult]:
         plan = plan_replication(self._settings)
@@ -149,7 +155,10 @@ class ReplicateService:
         )
         if once:
             return self._run_once(plan)
-        return self._follow(plan)
+        try:
+            return self._follow(plan)
+        finally:
+            self._activity.flush()
 
     def _run_once(self, plan: ReplicationPlan) -> RunSummary[ReplicaResult]:
         retry = RetryPolicy(max_attempts=self._settings.retry_attempts)
@@ -250,6 +259,7 @@ class ReplicateService:
             while not stop.is_set():
                 batch = replicator.copy_batch(None, self._settings.max_wait_s, stop)
                 if batch is None:
+                    self._activity.tick()
                     replicator.keep_alive_if_due(self._settings.position_refresh_s)
                     continue
                 records += batch.records
@@ -260,6 +270,9 @@ class ReplicateService:
                     batch.first_offset,
                     batch.next_offset - 1,
                     batch.records,
+                )
+                self._activity.add(
+                    str(task.route), batch.records, batch.first_offset, batch.next_offset - 1
                 )
             return _result(task.route, records, batches, replicator.next_offset)
         finally:

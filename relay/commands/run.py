@@ -28,6 +28,7 @@ from relay.postgres.outbox_partitions import committed_tops, relay_partitions
 from relay.postgres.outbox_status import outbox_status
 from relay.publishing.partition_relay import PartitionRelay
 from relay.publishing.types import DrainResult, PositionOwner
+from relay.runtime.activity import ActivityLog
 from relay.runtime.clock import Clock, SystemClock
 from relay.runtime.metrics import Backlog, OutboxMetrics
 from relay.runtime.retry import RetryPolicy
@@ -65,20 +66,28 @@ class ProcessRelay:
         *,
         clock: Clock | None = None,
         metrics: OutboxMetrics | None = None,
+        summary_every_s: float = 60.0,
     ) -> None:
         self._settings = settings
         self._requested = partitions
         self._clock = clock or SystemClock()
         self.stop_event = threading.Event()
         self.metrics = metrics or OutboxMetrics()
+        # Each batch is logged at DEBUG; at INFO, what was published every so often.
+        self._activity = ActivityLog(
+            log, "published", "events", "seq", every_s=summary_every_s, clock=self._clock
+        )
 
     def run(self, once: bool) -> RunSummary[DrainResult]:
         shared = not once and not self._requested
-        while True:
-            summary = self._run_round(once, shared)
-            if summary is not None:
-                return summary
-            log.info("the relay partition count changed: joining the members group again")
+        try:
+            while True:
+                summary = self._run_round(once, shared)
+                if summary is not None:
+                    return summary
+                log.info("the relay partition count changed: joining the members group again")
+        finally:
+            self._activity.flush()
 
     def _run_round(self, once: bool, shared: bool) -> RunSummary[DrainResult] | None:
         """Start-up checks, then run; None when a sharing process saw the relay partition
@@ -254,17 +263,21 @@ class ProcessRelay:
         while not stop.is_set():
             result = relay.publish_batch(stop=stop)
             if result is None:
+                self._activity.tick()
                 relay.keep_alive_if_due(self._settings.position_refresh_s)
                 watch.wait(relay.partition, self._settings.poll_interval_s)
                 continue
             records += result.records
             batches += 1
-            log.info(
+            log.debug(
                 "relay partition %d: published seq %d..%d (%d records)",
                 result.partition,
                 result.first_seq,
                 result.last_seq,
                 result.records,
+            )
+            self._activity.add(
+                f"p{result.partition}", result.records, result.first_seq, result.last_seq
             )
         return DrainResult(relay.partition, records, batches, relay.position)
 

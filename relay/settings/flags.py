@@ -117,6 +117,23 @@ def add_progress_flag(container: argparse._ActionsContainer) -> None:
     )
 
 
+def add_summary_flag(container: argparse._ActionsContainer) -> None:
+    """``--log-summary``: how often a long-running `relay run` or `relay replicate` logs
+    what it published (each batch is logged at DEBUG only)."""
+    env_flag(
+        container,
+        "--log-summary",
+        dest="log_summary_s",
+        env="RELAY_LOG_SUMMARY_S",
+        default=60.0,
+        parse=seconds,
+        metavar="SECONDS",
+        help="without --once, log what was published (counts, transactions, the seq or "
+        "offset range of each partition) this often while publishing; each batch is "
+        "logged at DEBUG",
+    )
+
+
 def add_job_flags(parser: argparse.ArgumentParser) -> None:
     """What a Spark job's driver takes besides the settings."""
     env_flag(

@@ -4,10 +4,12 @@ subcommand), progress lines with counts when stderr is not a terminal, no passwo
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from tests.integration.support import RelayTestEnv, run_relay
+from tests.integration.support import RelayTestEnv, run_relay, start_relay, wait_until
 from tests.integration.writes import write_events
 
 EVENTS = 1500
@@ -41,3 +43,34 @@ def test_run_once_logs_json_and_progress_with_counts(relay_env: RelayTestEnv, to
     assert password
     assert password not in result.stderr
     assert any("***" in line["message"] for line in lines if line["message"].startswith("start"))
+
+
+_SUMMARY = re.compile(r"INFO relay\.commands\.run: published (\d+) events in (\d+) transactions")
+
+
+def test_a_running_relay_logs_a_summary_not_a_line_per_batch(
+    relay_env: RelayTestEnv, topic: str, tmp_path: Path
+) -> None:
+    """400 events in batches of 10 used to log a line per batch (230 lines); at INFO a
+    running relay logs its start, a summary per interval and its stop."""
+    log = tmp_path / "relay.log"
+    service = start_relay(relay_env, "run", "--batch-size", "10", "--log-summary", "0.5", log=log)
+    try:
+        write_events(relay_env.database_url, topic, 400)
+
+        def summarised() -> int:
+            return sum(int(m.group(1)) for m in _SUMMARY.finditer(log.read_text()))
+
+        wait_until(lambda: summarised() >= 400, 60, "a summary of 400 events", log.read_text)
+        service.terminate()
+        assert service.wait(60) == 0, log.read_text()
+    finally:
+        if service.poll() is None:
+            service.kill()
+    text = log.read_text()
+    assert summarised() == 400, text
+    assert "published seq" not in text  # each batch is at DEBUG
+    transactions = sum(int(m.group(2)) for m in _SUMMARY.finditer(text))
+    lines = text.splitlines()
+    assert transactions >= 40 and len(lines) < 40, text
+    assert "published 400 records (" in lines[-1], text

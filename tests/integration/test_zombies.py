@@ -77,9 +77,11 @@ def test_a_running_relay_outlives_a_postgresql_restart(
     relay_env = RelayTestEnv(database_url, bootstrap_servers, new_prefix())
     first = write_events(relay_env.database_url, topic, 300)
     log = tmp_path / "relay.log"
-    service = start_relay(relay_env, "run", "--batch-size", "50", "--no-cleanup", log=log)
+    service = start_relay(
+        relay_env, "run", "--batch-size", "50", "--no-cleanup", "--log-summary", "0.1", log=log
+    )
     try:
-        wait_until(lambda: "published seq" in log.read_text(), 60, "a first batch")
+        wait_until(lambda: " events in " in log.read_text(), 60, "a first batch")
         devenv.restart_postgres(workdir, mode="immediate")
         committed = first | write_events(relay_env.database_url, topic, 300)
         wait_until(
