@@ -73,7 +73,8 @@ def drain(
 
     runs = _run_until(
         relay_command("run", "--once"),
-        env=env.env(),
+        # every process is stopped; a killed member stays in the group for a while
+        env=env.env(RELAY_FENCE_MEMBERS="true"),
         done=outbox_empty,
         deadline=deadline,
         clock=clock,

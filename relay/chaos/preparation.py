@@ -204,9 +204,12 @@ def add_slots(
 
 def _job_command(env: Environment, job: Path) -> Callable[[int], Command]:
     def command(_incarnation: int) -> Command:
-        # local[2,3]: two task slots, a failed task (a killed Python worker) runs again
+        # local[2,3]: two task slots, a failed task (a killed Python worker) runs again.
+        # The relay job runs beside the `relay run` members on purpose: it fences them.
         return Command(
-            [sys.executable, str(job), "--master", "local[2,3]"], env.env(), PROJECT_ROOT
+            [sys.executable, str(job), "--master", "local[2,3]"],
+            env.env(RELAY_FENCE_MEMBERS="true"),
+            PROJECT_ROOT,
         )
 
     return command

@@ -19,6 +19,7 @@ from relay.commands.startup import (
     build_partition_relay,
     check_environment,
     for_database,
+    refuse_beside_members,
     select_partitions,
 )
 from relay.errors import ProducerFencedError, RetriableError
@@ -97,6 +98,10 @@ class ProcessRelay:
             count = check_environment(self._settings, database)
             partitions = select_partitions(self._requested, count)
             settings, owner = for_database(self._settings, database)
+            if not shared:
+                refuse_beside_members(
+                    settings, "relay run --once" if once else "relay run --partitions"
+                )
             if shared:
                 log.info(
                     "sharing the %d relay partitions with the other members of group %s",
@@ -307,6 +312,8 @@ def plan_relay_job(settings: RelaySettings, requested: Sequence[int] | None) -> 
     checks (the same as ``relay run``'s)."""
     database = open_database(settings.database_url, pool_size=1)
     try:
-        return select_partitions(requested, check_environment(settings, database))
+        partitions = select_partitions(requested, check_environment(settings, database))
+        refuse_beside_members(for_database(settings, database)[0], "the outbox Spark job")
+        return partitions
     finally:
         database.dispose()

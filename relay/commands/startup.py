@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from relay.errors import ConfigurationError, KafkaError
 from relay.kafka.admin import admin_client, check_broker, ensure_positions_topic, topic_partitions
+from relay.kafka.membership import active_members
 from relay.kafka.publisher import KafkaTransactionalPublisher
 from relay.postgres.engine import Database
 from relay.postgres.migrations import check_schema
@@ -50,6 +51,30 @@ def check_environment(settings: RelaySettings, database: Database) -> int:
                 "not exist in Kafka"
             )
     return partitions
+
+
+def refuse_beside_members(settings: RelaySettings, what: str) -> None:
+    """A run of its own (``what``: ``relay run --once``, the Spark job, ...) fences the
+    `relay run` processes that share the partitions through their members group: they
+    stall and log errors while it runs. Refused while the group has members, unless
+    ``--fence-members``. ``settings`` as :func:`for_database` returns them."""
+    if settings.fence_members:
+        return
+    members = active_members(settings)
+    if members:
+        running = "1 member" if members == 1 else f"{members} members"
+        verbs = (
+            "is running `relay run` and shares"
+            if members == 1
+            else "are running `relay run` and share"
+        )
+        raise ConfigurationError(
+            f"{what}: {running} of group {settings.members_group} {verbs} the relay "
+            "partitions; this run would fence them (they stall and log errors while it "
+            "runs). They publish everything as it commits: leave it to them, or stop them "
+            "first (a killed one counts until its session times out), or give "
+            "--fence-members to run anyway"
+        )
 
 
 def select_partitions(requested: Sequence[int] | None, partitions: int) -> list[int]:

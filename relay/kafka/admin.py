@@ -19,7 +19,7 @@ from relay.errors import (
     KafkaError,
     RetriableError,
 )
-from relay.kafka.errors import kafka_reason, lib_error
+from relay.kafka.errors import kafka_reason, lib_error, translate
 from relay.mirroring.types import TopicIdentity
 from relay.runtime.clock import Deadline
 from relay.runtime.logs import LIBRDKAFKA_LOGGER
@@ -188,3 +188,17 @@ def ensure_positions_topic(admin: AdminClient, topic: str, partitions: int, time
                 f"{partitions} relay partitions, and adding partitions failed: "
                 f"{kafka_reason(exc)}"
             ) from None
+
+
+def group_members(admin: AdminClient, group: str, timeout: float, where: str) -> int:
+    """How many active members consumer group ``group`` has (0: none, or no such group);
+    ``where`` names the cluster in an error."""
+    try:
+        futures = admin.describe_consumer_groups([group], request_timeout=timeout)
+        description = futures[group].result()
+    except KafkaException as exc:
+        err = lib_error(exc)
+        if err is not None and err.code() == LibKafkaError.GROUP_ID_NOT_FOUND:
+            return 0
+        raise translate(exc, f"describing group {group} on the {where}") from None
+    return len(description.members or ())

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from relay.errors import ConfigurationError
+from relay.kafka.admin import admin_client, group_members
 from relay.kafka.errors import kafka_reason, translate
 from relay.runtime.logs import LIBRDKAFKA_LOGGER
 from relay.settings.relay import RelaySettings
@@ -107,3 +108,12 @@ class KafkaMembership:
             self._relay_partitions(partitions),
         )
         self._on_revoke(consumer, partitions)
+
+
+def active_members(settings: RelaySettings) -> int:
+    """How many `relay run` processes are members of the members group now (a process
+    that died stays a member until its session times out)."""
+    admin = admin_client(settings.kafka)
+    return group_members(
+        admin, settings.members_group, settings.kafka.request_timeout_s, "Kafka cluster"
+    )

@@ -23,7 +23,7 @@ from confluent_kafka import KafkaError as LibKafkaError
 from confluent_kafka.admin import AdminClient
 
 from relay.errors import ConfigurationError, KafkaError, OffsetTranslationError
-from relay.kafka.admin import admin_client
+from relay.kafka.admin import admin_client, group_members
 from relay.kafka.errors import kafka_reason, lib_error, translate
 from relay.replication.translation import (
     ProbedCopy,
@@ -316,15 +316,7 @@ class KafkaOffsetTranslator:
 
     def _members(self, admin: AdminClient, cluster: str) -> int:
         """How many active members the group has on ``cluster``."""
-        try:
-            futures = admin.describe_consumer_groups([self._group], request_timeout=self._timeout)
-            description = futures[self._group].result()
-        except KafkaException as exc:
-            err = lib_error(exc)
-            if err is not None and err.code() == LibKafkaError.GROUP_ID_NOT_FOUND:
-                return 0
-            raise translate(exc, f"describing group {self._group} on the {cluster}") from None
-        return len(description.members or ())
+        return group_members(admin, self._group, self._timeout, cluster)
 
     def close(self) -> None:
         for reader in (self._source, self._target, self._positions):

@@ -167,6 +167,17 @@ HEARTBEAT_INTERVAL = Setting(
     "with --heartbeat-topics: each relay partition sends at most one heartbeat this often",
     metavar="SECONDS",
 )
+FENCE_MEMBERS = Setting(
+    "fence_members",
+    "RELAY_FENCE_MEMBERS",
+    "--fence-members",
+    boolean,
+    False,
+    "with --once or --partitions (and in the Spark job): run even while `relay run` "
+    "processes share the relay partitions through their members group (they are fenced, "
+    "and stall and log errors until this run ends); refused otherwise",
+    const=True,
+)
 
 RELAY = (
     TRANSACTIONAL_ID_PREFIX,
@@ -183,6 +194,7 @@ RELAY = (
     HEARTBEAT_TOPICS,
     HEARTBEAT_INTERVAL,
     MISSING_TOPIC_WAIT,
+    FENCE_MEMBERS,
 )
 """The relay's own settings, by field of :class:`RelaySettings`."""
 
@@ -207,6 +219,7 @@ class RelaySettings:
     heartbeat_topics: tuple[str, ...] = HEARTBEAT_TOPICS.default
     heartbeat_interval_s: float = HEARTBEAT_INTERVAL.default
     missing_topic_wait_s: float = MISSING_TOPIC_WAIT.default
+    fence_members: bool = FENCE_MEMBERS.default
     metrics_port: int | None = METRICS_PORT.default  # None: no /metrics, /healthz, /readyz
     metrics_host: str = METRICS_HOST.default
 

@@ -19,11 +19,15 @@ from pathlib import Path
 
 import pytest
 
+from relay.commands.run import plan_relay_job
+from relay.errors import ConfigurationError
+from relay.settings.relay import load_settings
 from tests.integration.support import (
     RelayTestEnv,
     assert_exactly_once_in_order,
     migrate,
     read_committed,
+    run_relay,
     start_relay,
     wait_until,
 )
@@ -127,3 +131,38 @@ def _exit_code(member: subprocess.Popen[str]) -> int:
     except subprocess.TimeoutExpired:
         member.kill()
         return member.wait()
+
+
+def test_a_once_or_partitions_run_beside_live_members_is_refused(
+    relay_env: RelayTestEnv, topic: str, tmp_path: Path
+) -> None:
+    """`relay run --once` (or `--partitions`, or the Spark job's driver) beside `relay
+    run` processes that share the partitions would fence them: they stall and log errors
+    with no warning. It is refused with one line naming the members group instead, and
+    nothing is published by it; once the members are gone it runs."""
+    env = relay_env
+    log = tmp_path / "member.log"
+    member = start_relay(env, "run", log=log)
+    group = f"{env.prefix}-positions.members"
+    try:
+        wait_until(lambda: "taking relay partitions [" in log.read_text(), 60, "a member")
+        ids = write_events(env.database_url, topic, 20)
+        for args in (["--once"], ["--partitions", "0,1"]):
+            refused = run_relay(env, "run", *args, timeout=60)
+            assert refused.returncode == 2, refused.stderr
+            last = refused.stderr.strip().splitlines()[-1]
+            assert last.startswith("relay: error: "), refused.stderr
+            assert f"1 member of group {group} is running" in last, last
+            assert "--fence-members" in last, last
+        settings = load_settings(environ=env.env())
+        with pytest.raises(ConfigurationError, match=re.escape(group)):
+            plan_relay_job(settings, None)  # the Spark job's driver refuses the same way
+        assert "ERROR" not in log.read_text() and "CRITICAL" not in log.read_text()
+        wait_until(lambda: drained(env), 60, "the member to publish", log.read_text)
+    finally:
+        member.terminate()
+        member.wait(60)
+    assert member.returncode == 0, log.read_text()
+    again = run_relay(env, "run", "--once")  # the member left the group when it stopped
+    assert again.returncode == 0, again.stderr
+    assert_exactly_once_in_order(read_committed(env.bootstrap_servers, topic), ids)

@@ -92,7 +92,7 @@ def test_the_help_shows_the_default_that_is_loaded(setting: Setting, loaded: Any
     else:
         assert loaded == setting.default
         assert shown.endswith(
-            f"[{setting.env}={str(loaded).lower() if loaded is True else loaded}]"
+            f"[{setting.env}={str(loaded).lower() if isinstance(loaded, bool) else loaded}]"
         )
 
 
