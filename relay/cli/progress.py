@@ -10,9 +10,11 @@ from relay.runtime.progress import Progress, reporting
 
 
 def showing(
-    progress: Progress | None, what: str, interval_s: float
+    progress: Progress | None, what: str, interval_s: float, unit: str = "rows"
 ) -> AbstractContextManager[None]:
-    """Show ``progress`` (None: nothing) while the block runs."""
+    """Show ``progress`` (None: nothing) while the block runs, counted in ``unit``."""
     if progress is None:
         return nullcontext()
-    return reporting(progress, what, interactive=sys.stderr.isatty(), interval_s=interval_s)
+    return reporting(
+        progress, what, interactive=sys.stderr.isatty(), interval_s=interval_s, unit=unit
+    )

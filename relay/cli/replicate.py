@@ -70,10 +70,11 @@ def _replicate(args: argparse.Namespace) -> int:
     stop_on_signals(service.stop_event.set, "finishing the open transactions, then stopping")
     with (
         serving(service.metrics, settings.metrics_host, settings.metrics_port),
-        showing(progress, "copied", args.progress_interval_s),
+        # in source offsets: markers and aborted records take offsets without a copy
+        showing(progress, "copied", args.progress_interval_s, unit="offsets"),
     ):
         summary = service.run(once=args.once)
-    print(describe_summary(summary))
+    print(describe_summary(summary, None if metrics is None else metrics.offsets_skipped))
     return 0
 
 
@@ -135,8 +136,14 @@ def describe_translation(group: str, rows: Sequence[TranslatedOffset]) -> str:
     return "\n".join([f"group {group}: committed source offsets -> target offsets", *lines])
 
 
-def describe_summary(summary: RunSummary[ReplicaResult]) -> str:
+def describe_summary(summary: RunSummary[ReplicaResult], skipped: int | None = None) -> str:
+    """What a run copied; ``skipped``: the source offsets it passed without a copy."""
     lines = [f"copied {summary.total('records')} records"]
+    if skipped is not None:
+        lines[0] += (
+            f", skipped {skipped} source offsets (transaction markers, records of aborted "
+            "transactions)"
+        )
     lines += [
         f"  {r.topic}[{r.partition}] -> {r.target_topic}[{r.partition}]: {r.records} records, "
         f"next source offset {r.next_offset}"

@@ -100,15 +100,36 @@ class MirrorProgressMetrics(MirrorMetrics):
 
 
 class ReplicaProgressMetrics(ReplicaMetrics):
-    """`relay replicate`'s metrics, and ``progress``: the total is each source partition's
-    offsets between its position and the run's end, the records done are those copied."""
+    """`relay replicate`'s metrics, and ``progress`` in source offsets: the total is each
+    source partition's offsets between its position and the run's end, the offsets done
+    are those its position moved past. Transaction markers and aborted records take
+    offsets without a copy, so counting records alone never reached the total; the
+    records copied and the offsets skipped are told apart here."""
 
     def __init__(self, progress: Progress, *, clock: Clock | None = None) -> None:
         super().__init__(clock=clock)
         self.progress = progress
+        self._offsets: dict[tuple[str, int], int] = {}  # the furthest next offset seen
+        self.records_copied = 0
+        self.offsets_done = 0
+
+    @property
+    def offsets_skipped(self) -> int:
+        """Offsets passed without a copy: commit markers, records of aborted transactions."""
+        return max(0, self.offsets_done - self.records_copied)
 
     def to_copy(self, topic: str, partition: int, records: int) -> None:
         self.progress.add_total(records)
+
+    def running(self, topic: str, partition: int, next_offset: int) -> None:
+        super().running(topic, partition, next_offset)
+        with self._lock:
+            last = self._offsets.setdefault((topic, partition), next_offset)
+            moved = max(0, next_offset - last)
+            self._offsets[(topic, partition)] = max(last, next_offset)
+            self.offsets_done += moved
+        if moved:
+            self.progress.advance(moved)
 
     def copied(
         self,
@@ -119,4 +140,5 @@ class ReplicaProgressMetrics(ReplicaMetrics):
         event_times_ms: Sequence[int] = (),
     ) -> None:
         super().copied(topic, partition, records, seconds, event_times_ms)
-        self.progress.advance(records)
+        with self._lock:
+            self.records_copied += records

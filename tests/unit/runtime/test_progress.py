@@ -14,7 +14,11 @@ from rich.console import Console
 
 from relay.errors import DatabaseError
 from relay.runtime.metrics import Backlog
-from relay.runtime.observed import MirrorProgressMetrics, OutboxProgressMetrics
+from relay.runtime.observed import (
+    MirrorProgressMetrics,
+    OutboxProgressMetrics,
+    ReplicaProgressMetrics,
+)
 from relay.runtime.progress import LiveBar, LogLines, Progress, Reporter
 from relay.spark import completed_tasks
 from tests.fakes.publishing import FakeClock
@@ -122,3 +126,23 @@ def test_spark_progress_counts_completed_tasks_over_jobs_and_stages() -> None:
         getStageInfo=stages.get,
     )
     assert completed_tasks(tracker) == 5
+
+
+def test_a_replicate_run_counts_source_offsets_and_ends_at_100_percent() -> None:
+    """Commit markers and aborted records take source offsets without a copy: the run
+    counts offsets done toward the offsets to do (it said 150 of 195 when it was done),
+    and tells the records copied and the offsets skipped apart."""
+    clock = FakeClock()
+    metrics = ReplicaProgressMetrics(Progress(clock), clock=clock)
+    metrics.expect("t", 0)
+    metrics.running("t", 0, 5)  # started at the committed position
+    metrics.to_copy("t", 0, 195)
+    metrics.copied("t", 0, 100, 0.1)
+    metrics.running("t", 0, 130)  # a batch committed up to 130
+    metrics.copied("t", 0, 50, 0.1)
+    metrics.running("t", 0, 190)
+    metrics.running("t", 0, 200)  # read up to the end: markers and aborted records
+    snapshot = metrics.progress.snapshot()
+    assert (snapshot.done, snapshot.total) == (195, 195)
+    assert snapshot.line("offsets").startswith("195 of 195 offsets (100%)")
+    assert (metrics.records_copied, metrics.offsets_skipped) == (150, 45)
