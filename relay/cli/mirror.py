@@ -69,7 +69,7 @@ def _mirror(args: argparse.Namespace) -> int:
     settings = mirror_settings_from_args(args)
     if args.reset_recreated_topic:
         reset = reset_recreated_topic(settings, args.reset_recreated_topic, yes=args.yes)
-        print("\n".join(reset.lines(settings.group)))
+        print("\n".join(reset.lines()))
         if reset.stale and not reset.done:
             raise ConfirmationRequiredError("nothing changed: run it again with --yes to reset")
         return 0

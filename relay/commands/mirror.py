@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
+from relay.commands.groups import mirror_settings
 from relay.errors import ConfigurationError, KafkaError
 from relay.kafka.admin import KafkaTopicDirectory, admin_client, check_broker, describe_topics
 from relay.kafka.record_stream import KafkaRecordStream
@@ -204,13 +205,14 @@ class MirrorService:
         database = _database(self._settings)
         stream = stable = None
         try:
-            prepared = prepare(self._settings, database)
-            stream = KafkaRecordStream(self._settings.connections.kafka, self._settings.group)
-            if self._settings.metrics_port is not None:  # the lag's, asked at scrape time
-                stable = KafkaRecordStream(self._settings.connections.kafka, self._settings.group)
-            targets = targets_for(database, self._settings, stream, prepared) if once else None
+            settings = mirror_settings(self._settings, database)
+            prepared = prepare(settings, database)
+            stream = KafkaRecordStream(settings.connections.kafka, settings.group)
+            if settings.metrics_port is not None:  # the lag's, asked at scrape time
+                stable = KafkaRecordStream(settings.connections.kafka, settings.group)
+            targets = targets_for(database, settings, stream, prepared) if once else None
             loop = _loop(
-                self._settings,
+                settings,
                 database,
                 prepared.tables,
                 prepared.reflected,
@@ -226,14 +228,14 @@ class MirrorService:
                 log.info(
                     "mirroring %s continuously as group %s",
                     ", ".join(prepared.mapping.topics),
-                    self._settings.group,
+                    settings.group,
                 )
                 stream.subscribe(prepared.mapping.topics, loop)
             if stable is None:
                 self.metrics.started(None)
             else:
                 self.metrics.started(stable.last_stable_offsets, stable.record_times)
-            group = self._settings.group
+            group = settings.group
             self.metrics.freshness(partial(freshness.complete_through, database, group))
             return loop.run(stream, self.stop_event)
         finally:
@@ -255,6 +257,7 @@ def mirror_partition(
     database = _database(settings, pooled=False)
     stream = None
     try:
+        settings = mirror_settings(settings, database, announce=False)  # the driver's
         mapping = load_mapping(settings.mapping_path).restricted_to((topic,))
         tables, reflected = resolve_tables(database, mapping)
         tp = (topic, partition)
@@ -294,6 +297,7 @@ def lag_report(
     database = _database(settings, pooled=False)
     stream = None
     try:
+        settings = mirror_settings(settings, database)
         prepared = prepare(settings, database)
         stored = group_offsets(database, settings.group)
         if checked:
@@ -312,6 +316,7 @@ def table_freshness(settings: MirrorSettings) -> list[freshness.Freshness]:
     """How complete each mirrored table of the group is (``relay_mirror_freshness``)."""
     database = _database(settings, pooled=False)
     try:
+        settings = mirror_settings(settings, database)
         return freshness.group_freshness(database, settings.group)
     finally:
         database.dispose()
@@ -334,6 +339,7 @@ def reset_recreated_topic(settings: MirrorSettings, topic: str, *, yes: bool) ->
     versions from Kafka offsets and holds rows."""
     database = _database(settings, pooled=False)
     try:
+        settings = mirror_settings(settings, database)
         prepared = prepare(settings, database)
         identity = prepared.identities.get(topic)
         if identity is None:
@@ -354,6 +360,8 @@ def reset_recreated_topic(settings: MirrorSettings, topic: str, *, yes: bool) ->
                 topic,
                 identity.topic_id,
             )
-        return TopicReset(topic, identity, stale, notes, done=yes and bool(stale))
+        return TopicReset(
+            topic, identity, stale, notes, done=yes and bool(stale), group=settings.group
+        )
     finally:
         database.dispose()

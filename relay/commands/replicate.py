@@ -16,6 +16,7 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from functools import partial
 
+from relay.commands.groups import replicate_settings
 from relay.errors import RelayError, RetriableError
 from relay.kafka.replica_reader import KafkaSourceReader, last_stable_offsets
 from relay.kafka.replica_topics import ReplicatedTopic, TopicPlanner
@@ -41,6 +42,7 @@ class ReplicaTask:
     route: Route
     source_alias: str
     max_message_bytes: int
+    group: str  # on the target: the positions (the default resolved by the plan)
     end_offset: int | None = None  # copy up to here (--once, Spark); None: follow
 
 
@@ -48,22 +50,30 @@ class ReplicaTask:
 class ReplicationPlan:
     source_alias: str
     topics: tuple[ReplicatedTopic, ...]
+    group: str  # the replicator's group: as given, or the default (relay.commands.groups)
 
     def tasks(self) -> list[ReplicaTask]:
         return [
-            ReplicaTask(Route(t.topic, p, t.target_topic), self.source_alias, t.max_message_bytes)
+            ReplicaTask(
+                Route(t.topic, p, t.target_topic),
+                self.source_alias,
+                t.max_message_bytes,
+                self.group,
+            )
             for t in self.topics
             for p in range(t.partitions)
         ]
 
 
 def plan_replication(settings: ReplicateSettings, *, strict: bool = True) -> ReplicationPlan:
-    """The selected source topics, with their target topics created or grown to fit."""
-    planner = TopicPlanner(settings)
+    """The selected source topics, with their target topics created or grown to fit, and
+    the group (the default resolved once, at start-up: ``strict``)."""
     if strict:  # at start-up
-        planner.check_clusters()
+        TopicPlanner(settings).check_clusters()
+    settings = replicate_settings(settings, announce=strict)
+    planner = TopicPlanner(settings)
     alias = settings.source_alias or planner.cluster_ids()[0]
-    return ReplicationPlan(alias, tuple(planner.plan(strict=strict)))
+    return ReplicationPlan(alias, tuple(planner.plan(strict=strict)), settings.group)
 
 
 def build_partition_replicator(
@@ -111,6 +121,7 @@ def replicate_partition(settings: ReplicateSettings, task: ReplicaTask) -> Repli
     """Copy one source partition up to ``task.end_offset``, then return (a Spark task)."""
     if task.end_offset is None:
         raise ValueError("a Spark task copies up to an end offset")
+    settings = settings.with_group(task.group)  # as the driver resolved it
     replicator = build_partition_replicator(
         settings, task, retry=RetryPolicy(max_attempts=settings.retry_attempts)
     )
@@ -144,6 +155,7 @@ class ReplicateService:
 
     def run(self, once: bool) -> RunSummary[ReplicaResult]:
         plan = plan_replication(self._settings)
+        self._settings = self._settings.with_group(plan.group)
         self.metrics.started(partial(last_stable_offsets, self._settings))
         if not plan.topics:
             log.warning("no source topic matches %s yet", self._settings.selection.describe())

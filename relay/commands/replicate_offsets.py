@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from relay.commands.groups import replicate_settings
 from relay.kafka.offset_translation import KafkaOffsetTranslator
 from relay.replication.translation import TranslatedOffset
 from relay.settings.replicate import ReplicateSettings
@@ -17,7 +18,7 @@ def translate(settings: ReplicateSettings, group: str) -> list[TranslatedOffset]
     """One row per partition of the selected source topics: the group's committed source
     offset, the target offset it translates to, whether it can be applied, and the
     group's committed offset on the target now. Changes nothing."""
-    translator = KafkaOffsetTranslator(settings, group)
+    translator = KafkaOffsetTranslator(replicate_settings(settings), group)
     try:
         return translator.translate()
     finally:
@@ -31,7 +32,7 @@ def apply(
     target cluster (partitions not replicated up to the group's offset are left alone),
     and return those rows. OffsetTranslationError while the group has active members
     on the target."""
-    translator = KafkaOffsetTranslator(settings, group)
+    translator = KafkaOffsetTranslator(replicate_settings(settings, announce=False), group)
     try:
         return translator.apply(rows)
     finally:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from relay.commands.groups import mirror_settings
 from relay.commands.mirror import lag_report, timed
 from relay.commands.startup import for_database, select_partitions
 from relay.errors import MigrationsNotAppliedError
@@ -106,13 +107,14 @@ def _mirror_status(
     database: Database, settings: RelaySettings, scope: MirrorScope
 ) -> tuple[MirrorPartitionStatus, ...]:
     if scope.settings is not None:
-        group = scope.settings.group
+        mirror = mirror_settings(scope.settings, database, announce=False)
+        group = mirror.group
         dead = {
             (s.topic, s.partition): s.dead_letters for s in mirror_stored_offsets(database, group)
         }
         return tuple(
             _mirror_row(group, row, dead.get((row.topic, row.partition), 0))
-            for row in lag_report(scope.settings, seconds=True)
+            for row in lag_report(mirror, seconds=True)
         )
     stored = [
         s

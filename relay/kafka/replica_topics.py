@@ -193,8 +193,15 @@ class TopicPlanner:
             item.partitions,
         )
 
-    def _holds_positions(self, target_topic: str, partitions: int) -> bool:
-        consumer = target_positions_consumer(self._settings)
+    def positions_held(self, group: str) -> list[str]:
+        """The target topics of this selection on which ``group`` holds positions."""
+        target = self._topics(self._target, "target")
+        mine = sorted(t for t in target if self._settings.selects_target(t))
+        return [t for t in mine if self._holds_positions(t, target[t], group)]
+
+    def _holds_positions(self, target_topic: str, partitions: int, group: str = "") -> bool:
+        settings = self._settings.with_group(group) if group else self._settings
+        consumer = target_positions_consumer(settings)
         try:
             wanted = [TopicPartition(target_topic, p) for p in range(partitions)]
             found = consumer.committed(wanted, timeout=self._timeout)

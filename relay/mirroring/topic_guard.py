@@ -124,11 +124,14 @@ class TopicReset:
     stale: tuple[StaleOffset, ...]
     notes: tuple[str, ...]  # what the mirrored tables keep of the old topic
     done: bool
+    group: str  # the mirror's consumer group
 
-    def lines(self, group: str) -> list[str]:
+    def lines(self) -> list[str]:
         new_id = self.identity.topic_id
         if not self.stale:
-            return [f"{self.topic}: every stored offset of group {group} is of topic id {new_id}"]
+            return [
+                f"{self.topic}: every stored offset of group {self.group} is of topic id {new_id}"
+            ]
         return [
             f"{self.topic}[{s.partition}]: offset {s.stored.next_offset} of topic id "
             f"{s.stored.topic_id or '(none recorded)'} -> offset 0 of topic id {new_id}"

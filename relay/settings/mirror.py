@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from relay.errors import ConfigurationError
 from relay.settings.connections import (
     METRICS,
     METRICS_HOST,
@@ -36,13 +37,18 @@ MAPPING = Setting(
     help="topic-to-table mapping, TOML",
     metavar="FILE",
 )
+LEGACY_GROUP = "relay-mirror"
+"""The fixed default group of earlier versions: kept where it holds stored offsets."""
+DATABASE_GROUP = "relay-mirror-<first 8 hex digits of the mirror database's id>"
+
 GROUP = Setting(
-    "group",
+    "group_name",
     "RELAY_MIRROR_GROUP",
     "--group",
     non_empty,
-    "relay-mirror",
-    "consumer group; its offsets live in mirror_offsets",
+    help="consumer group; its offsets live in mirror_offsets",
+    default_doc=f"the database's, {DATABASE_GROUP} ({LEGACY_GROUP} where that group holds "
+    "stored offsets)",
     metavar="NAME",
 )
 BATCH_SIZE = Setting(
@@ -99,7 +105,7 @@ MIRROR = (MAPPING, GROUP, BATCH_SIZE, MAX_WAIT, TOPICS, RECORD_RETRIES, IDLE_TRA
 class MirrorSettings:
     connections: Connections  # database URL and Kafka connection
     mapping_path: str
-    group: str = GROUP.default
+    group_name: str | None = GROUP.default  # None: the database's (relay.commands.groups)
     batch_size: int = BATCH_SIZE.default
     max_wait_s: float = MAX_WAIT.default
     topics: tuple[str, ...] | None = TOPICS.default
@@ -109,6 +115,16 @@ class MirrorSettings:
     )  # tries of a record refused with an error that may heal
     metrics_port: int | None = METRICS_PORT.default
     metrics_host: str = METRICS_HOST.default
+
+    @property
+    def group(self) -> str:
+        """The consumer group, once the default is resolved (relay.commands.groups)."""
+        if self.group_name is None:
+            raise ConfigurationError("the mirror's consumer group is not resolved yet")
+        return self.group_name
+
+    def with_group(self, group: str) -> MirrorSettings:
+        return replace(self, group_name=group)
 
     def describe(self) -> dict[str, str]:
         """The settings as text that is safe to log."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from relay.errors import ConfigurationError
 from relay.settings.connections import (
@@ -91,6 +91,10 @@ TARGET_PREFIX = Setting(
 SELECTION = (TOPICS, TOPIC_PATTERN, TARGET_PREFIX)
 """Which topics, by field of :class:`TopicSelection`."""
 
+LEGACY_GROUP = "relay-replicate"
+"""The fixed default group of earlier versions: kept where it holds positions."""
+SOURCE_GROUP = "relay-replicate-<the source cluster's id>"
+
 REPLICATE = (
     Setting(
         "source_alias",
@@ -102,12 +106,13 @@ REPLICATE = (
         metavar="NAME",
     ),
     Setting(
-        "group",
+        "group_name",
         "RELAY_REPLICATE_GROUP",
         "--group",
         non_empty,
-        "relay-replicate",
-        "group on the target cluster holding each source partition's position",
+        help="group on the target cluster holding each source partition's position",
+        default_doc=f"{SOURCE_GROUP} ({LEGACY_GROUP} where that group holds positions of "
+        "the selected topics on the target)",
         metavar="NAME",
     ),
     Setting(
@@ -217,7 +222,8 @@ class ReplicateSettings:
     source: KafkaSettings
     target: KafkaSettings
     selection: TopicSelection
-    group: str = _DEFAULTS["group"]  # on the target: each replicated partition's position
+    # on the target: each replicated partition's position; None: the source cluster's
+    group_name: str | None = _DEFAULTS["group_name"]
     transactional_id_prefix: str | None = _DEFAULTS["transactional_id_prefix"]  # None: group's
     source_alias: str | None = _DEFAULTS["source_alias"]  # None: the source cluster's id
     batch_size: int = _DEFAULTS["batch_size"]
@@ -229,6 +235,23 @@ class ReplicateSettings:
     position_refresh_s: float = _DEFAULTS["position_refresh_s"]
     metrics_port: int | None = METRICS_PORT.default
     metrics_host: str = METRICS_HOST.default
+
+    @property
+    def group(self) -> str:
+        """The group, once the default is resolved (relay.commands.groups)."""
+        if self.group_name is None:
+            raise ConfigurationError("the replicator's group is not resolved yet")
+        return self.group_name
+
+    def with_group(self, group: str) -> ReplicateSettings:
+        return replace(self, group_name=group)
+
+    def selects_target(self, target_topic: str) -> bool:
+        """Whether ``target_topic`` is the copy of a topic this selection copies."""
+        prefix = self.selection.target_prefix
+        return target_topic.startswith(prefix) and self.selection.selects(
+            target_topic[len(prefix) :]
+        )
 
     @property
     def prefix(self) -> str:

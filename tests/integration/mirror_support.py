@@ -66,9 +66,10 @@ class MirrorEnv:
             RELAY_DATABASE_URL=self.database_url,
             RELAY_KAFKA_BOOTSTRAP_SERVERS=self.bootstrap_servers,
             RELAY_MIRROR_CONFIG=str(self.mapping),
-            RELAY_MIRROR_GROUP=self.group,
             RELAY_MIRROR_MAX_WAIT_S="0.2",
         )
+        if self.group:  # else the default group
+            env.update(RELAY_MIRROR_GROUP=self.group)
         env.update(extra)
         return env
 

@@ -56,9 +56,10 @@ class ReplicaEnv:
         env.update(
             RELAY_REPLICATE_SOURCE_BOOTSTRAP_SERVERS=self.source,
             RELAY_REPLICATE_TARGET_BOOTSTRAP_SERVERS=self.target,
-            RELAY_REPLICATE_GROUP=self.group,
             RELAY_REPLICATE_SOURCE_ALIAS="east",
         )
+        if self.group:  # else the default group
+            env.update(RELAY_REPLICATE_GROUP=self.group)
         env.update(extra)
         return env
 

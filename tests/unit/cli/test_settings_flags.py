@@ -120,7 +120,7 @@ def test_status_offers_only_the_flags_it_reads() -> None:
         for s in (*RELAY_FLAGS, *MIRROR)
         if s.flag
         and s.name not in {"transactional_id_prefix", "positions_topic"}
-        and s.name not in {"positions_group", "mapping_path", "group", "topics"}
+        and s.name not in {"positions_group", "mapping_path", "group_name", "topics"}
     }
     assert not offered & tuning, sorted(offered & tuning)
     assert {"--positions-group", "--mapping", "--partitions", "--database-url"} <= offered

@@ -37,7 +37,9 @@ def test_each_cluster_has_its_own_connection_and_flags_win() -> None:
     }
     assert settings.batch_size == 7
     assert settings.selection.topics == ("orders", "payments")
-    assert settings.transactional_id("eu.orders", 3) == "relay-replicate-eu.orders-3"
+    assert settings.group_name is None  # the default: resolved once the clusters answer
+    resolved = settings.with_group("relay-replicate-abc")
+    assert resolved.transactional_id("eu.orders", 3) == "relay-replicate-abc-eu.orders-3"
     shown = repr(settings) + str(settings.describe())
     assert "east-pw" not in shown
 
