@@ -53,18 +53,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     completion.complete(parser)
     args = parser.parse_args(argv)
+    as_json = False  # until the logs are set up: the error as a plain line
     try:
         apply_environment(parser, args)
         logs.configure(args.log_level, log_format=args.log_format)
+        as_json = args.log_format == "json"
         handler: Callable[[argparse.Namespace], int] = args.handler
         return handler(args)
     except RelayError as exc:
-        if args.traceback:
-            traceback.print_exc()
-        print(f"relay: error: {mask_text(str(exc))}", file=sys.stderr)
+        if as_json:  # one object a line, the stack in its "exception" field
+            logs.log_error(f"relay: error: {exc}", exc, exc.exit_code, traceback=args.traceback)
+        else:
+            if args.traceback:
+                traceback.print_exc()
+            print(f"relay: error: {mask_text(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        if not as_json:
+            raise
+        logs.log_error(f"relay: error: {exc!r}", exc, 1, traceback=True)  # a bug: its stack
+        return 1
 
 
 __all__ = ["build_parser", "main"]

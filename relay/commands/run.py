@@ -260,7 +260,12 @@ class ProcessRelay:
                 relay.start()
                 break
             except RetriableError as exc:
-                log.warning("relay partition %d: start-up failed (%s)", relay.partition, exc)
+                log.warning(
+                    "relay partition %d: start-up failed (%s)",
+                    relay.partition,
+                    exc,
+                    extra={"partition": relay.partition},
+                )
                 self.metrics.retrying(relay.partition)
                 if self._clock.wait(self._settings.poll_interval_s * 4, stop):
                     return DrainResult(relay.partition, 0, 0, 0)
@@ -280,6 +285,7 @@ class ProcessRelay:
                 result.first_seq,
                 result.last_seq,
                 result.records,
+                extra={"partition": result.partition, "events": result.records},
             )
             self._activity.add(
                 f"p{result.partition}", result.records, result.first_seq, result.last_seq

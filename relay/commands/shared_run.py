@@ -69,7 +69,9 @@ class PartitionWorkers:
         self.results: list[DrainResult] = []
 
     def assigned(self, partitions: Sequence[int]) -> None:
-        log.info("taking relay partitions %s", list(partitions))
+        log.info(
+            "taking relay partitions %s", list(partitions), extra={"partitions": list(partitions)}
+        )
         with self._lock:
             self._assigned.update(partitions)
             for partition in partitions:
@@ -77,7 +79,11 @@ class PartitionWorkers:
                 self._start(partition)
 
     def revoked(self, partitions: Sequence[int]) -> None:
-        log.info("handing relay partitions %s on", list(partitions))
+        log.info(
+            "handing relay partitions %s on",
+            list(partitions),
+            extra={"partitions": list(partitions)},
+        )
         with self._lock:
             self._assigned.difference_update(partitions)
             leaving = [w for p in partitions if (w := self._workers.pop(p, None)) is not None]
@@ -97,7 +103,11 @@ class PartitionWorkers:
             for partition, at in list(self._fenced_at.items()):
                 if now - at >= self._retake_after_s and partition in self._assigned:
                     del self._fenced_at[partition]
-                    log.info("relay partition %d: still assigned here, taking it back", partition)
+                    log.info(
+                        "relay partition %d: still assigned here, taking it back",
+                        partition,
+                        extra={"partition": partition},
+                    )
                     self._start(partition)
 
     def stop_all(self) -> None:
@@ -134,7 +144,12 @@ class PartitionWorkers:
         try:
             result = self._run(partition, stop)
         except ProducerFencedError as exc:
-            log.warning("relay partition %d released: %s; the others go on", partition, exc)
+            log.warning(
+                "relay partition %d released: %s; the others go on",
+                partition,
+                exc,
+                extra={"partition": partition},
+            )
             with self._lock:
                 self._fenced_at[partition] = self._clock.monotonic()
                 self._forget(partition, stop)

@@ -102,10 +102,12 @@ class KafkaMembership:
         consumer.incremental_unassign(partitions)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        lost = self._relay_partitions(partitions)
         log.warning(
             "lost relay partitions %s: the members group moved on without this process "
             "(silent for longer than the session timeout)",
-            self._relay_partitions(partitions),
+            lost,
+            extra={"partitions": lost},
         )
         self._on_revoke(consumer, partitions)
 

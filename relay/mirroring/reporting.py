@@ -69,6 +69,12 @@ def log_progress(
         total.total("dead_lettered"),
         total.total("skipped"),
         ", ".join(f"{tp_text(tp)}={n}" for tp, n in lag.items()) or "unknown",
+        extra={
+            "applied": total.total("applied"),
+            "dead_lettered": total.total("dead_lettered"),
+            "skipped": total.total("skipped"),
+            "lag": {tp_text(tp): n for tp, n in lag.items()},
+        },
     )
 
 

@@ -277,6 +277,7 @@ class PartitionRelay:
                     _what_failed(exc, self._unsettled),
                     exc,
                     delay,
+                    extra={"partition": self.partition, "attempt": attempt, "delay_s": delay},
                 )
                 self._observer.retrying(self.partition, str(exc))
                 self._holds.stalled(exc)

@@ -156,7 +156,17 @@ class PartitionReplicator:
                     ) from exc
                 delay = self._retry.delay(attempts)
                 log.warning(
-                    "%s: %s failed (%s); retrying in %.1f s", self.route, what(), exc, delay
+                    "%s: %s failed (%s); retrying in %.1f s",
+                    self.route,
+                    what(),
+                    exc,
+                    delay,
+                    extra={
+                        "topic": self.route.topic,
+                        "partition": self.route.partition,
+                        "attempt": attempts,
+                        "delay_s": delay,
+                    },
                 )
                 self._observer.retrying(self.route.topic, self.route.partition)
                 if self._clock.wait(delay, stop):

@@ -162,3 +162,18 @@ class AlembicSetUpFilter(logging.Filter):
 
 
 _ALEMBIC_SET_UP = AlembicSetUpFilter()
+
+
+def log_error(
+    line: str, exc: BaseException, exit_code: int, *, traceback: bool, logger: str = "relay"
+) -> None:
+    """The error ``line`` that ends a command (``relay: error: ...``), through the
+    configured handler: with ``--log-format json`` an object like every other line, with
+    the fields ``error`` (the exception's type) and ``exit_code``, and ``exception`` (the
+    stack) with ``traceback``. Masked like every record."""
+    logging.getLogger(logger).error(
+        "%s",
+        mask_text(line),
+        exc_info=exc if traceback else None,
+        extra={"error": type(exc).__name__, "exit_code": exit_code},
+    )

@@ -134,19 +134,27 @@ def job_main(
     the description)."""
     parser = job_parser(prog, doc, add_flags)
     args = parser.parse_args(argv)
+    as_json = False  # until the logs are set up: the error as a plain line
+
+    def error(line: str, exc: Exception, code: int) -> int:
+        if as_json:  # an object like every other line (relay.runtime.logs)
+            logs.log_error(line, exc, code, traceback=False, logger=f"relay.jobs.{prog}")
+        else:
+            print(mask_text(line), file=sys.stderr)
+        return code
+
     try:
         apply_environment(parser, args)
         logs.configure(args.log_level, log_format=args.log_format)
+        as_json = args.log_format == "json"
         return run(args)
     except RelayError as exc:
-        print(f"{prog}: error: {mask_text(str(exc))}", file=sys.stderr)
-        return exc.exit_code
+        return error(f"{prog}: error: {exc}", exc, exc.exit_code)
     except Exception as exc:
         found = _TASK_ERROR.search(str(exc))
         if found is None:
             raise
-        print(f"{prog}: error: a task failed: {mask_text(found[2])}", file=sys.stderr)
-        return 1
+        return error(f"{prog}: error: a task failed: {found[2]}", exc, 1)
 
 
 def job_parser(

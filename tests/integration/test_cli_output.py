@@ -74,3 +74,38 @@ def test_a_running_relay_logs_a_summary_not_a_line_per_batch(
     lines = text.splitlines()
     assert transactions >= 40 and len(lines) < 40, text
     assert "published 400 records (" in lines[-1], text
+
+
+def test_json_logs_carry_the_fields_of_the_start_and_summary_lines(
+    relay_env: RelayTestEnv, topic: str, tmp_path: Path
+) -> None:
+    """A running relay's JSON lines carry their numbers as fields: the partition and the
+    position it resumes after, and the summary's counts and seq ranges."""
+    log = tmp_path / "relay.log"
+    service = start_relay(relay_env, "run", "--log-format", "json", "--log-summary", "0.2", log=log)
+    try:
+        write_events(relay_env.database_url, topic, 50)
+
+        def lines() -> list[dict[str, object]]:
+            return [json.loads(line) for line in log.read_text().splitlines()]
+
+        def summaries() -> list[dict[str, object]]:
+            return [line for line in lines() if "events" in line]
+
+        wait_until(
+            lambda: sum(int(str(s["events"])) for s in summaries()) >= 50,
+            60,
+            "summaries of 50 events",
+            log.read_text,
+        )
+        service.terminate()
+        assert service.wait(60) == 0, log.read_text()
+    finally:
+        if service.poll() is None:
+            service.kill()
+    ready = [line for line in lines() if ": ready, " in str(line["message"])]
+    assert ready and all({"partition", "position"} <= line.keys() for line in ready), ready
+    summary = summaries()[0]
+    assert {"transactions", "seconds", "ranges"} <= summary.keys()
+    ranges = summary["ranges"]
+    assert isinstance(ranges, dict) and all(k.startswith("p") for k in ranges), summary

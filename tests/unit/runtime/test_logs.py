@@ -10,7 +10,9 @@ from collections.abc import Iterator
 import pytest
 
 from relay.cli import main
+from relay.errors import ConfigurationError
 from relay.runtime import logs
+from relay.spark import job_main
 
 URL = "postgresql+psycopg://relay:hunter2@db:5432/app"
 
@@ -123,3 +125,43 @@ def test_a_bad_variable_is_one_line_and_exit_2(
     assert (
         stderr.getvalue() == "relay: error: RELAY_LOG_FORMAT must be one of text, json, got 'xml'\n"
     )
+
+
+def test_with_json_logs_the_final_error_line_is_json_too(
+    stderr: Stderr, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every line on stderr parses as JSON: the one-line error that ends a command too,
+    with its exit code and error type as fields, the password masked."""
+    for name in ("RELAY_DATABASE_URL", "RELAY_KAFKA_BOOTSTRAP_SERVERS"):
+        monkeypatch.delenv(name, raising=False)
+    code = main(["--log-format", "json", "run", "--once", "--kafka-bootstrap-servers", "k:9"])
+    assert code == 2
+    (line,) = [json.loads(text) for text in stderr.getvalue().splitlines()]
+    assert line["level"] == "error"
+    assert line["message"].startswith("relay: error: no database: set RELAY_DATABASE_URL")
+    assert (line["exit_code"], line["error"]) == (2, "ConfigurationError")
+    assert "exception" not in line
+
+
+def test_with_json_logs_a_traceback_is_a_field_of_the_error_line(
+    stderr: Stderr, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RELAY_DATABASE_URL", "postgresql+psycopg://u:hunter2@127.0.0.1:1/x")
+    monkeypatch.setenv("RELAY_KAFKA_BOOTSTRAP_SERVERS", "k:9")
+    monkeypatch.setenv("RELAY_BATCH_SIZE", "0")  # refused when the settings are read
+    assert main(["run", "--once", "--log-format", "json", "--traceback"]) == 2
+    (line,) = [json.loads(text) for text in stderr.getvalue().splitlines()]
+    assert line["message"] == "relay: error: RELAY_BATCH_SIZE must be positive, got 0"
+    assert "Traceback (most recent call last)" in line["exception"]
+    assert "ConfigurationError: RELAY_BATCH_SIZE must be positive" in line["exception"]
+    assert "hunter2" not in stderr.getvalue()
+
+
+def test_a_spark_drivers_error_line_is_json_with_json_logs(stderr: Stderr) -> None:
+    def run(_args: object) -> int:
+        raise ConfigurationError("no topic for postgresql://u:hunter2@db/x")
+
+    assert job_main("outbox_relay", None, lambda _p: None, run, ["--log-format", "json"]) == 2
+    (line,) = [json.loads(text) for text in stderr.getvalue().splitlines()]
+    assert line["message"] == "outbox_relay: error: no topic for postgresql://u:***@db/x"
+    assert (line["level"], line["exit_code"]) == ("error", 2)
