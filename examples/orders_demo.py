@@ -2,9 +2,11 @@
 a read_committed consumer shows what arrived in Kafka, and the mirror applies them to
 the table orders_mirror, shown next to the source table orders.
 
-    python examples/orders_demo.py         (RELAY_DATABASE_URL / RELAY_KAFKA_BOOTSTRAP_SERVERS)
+    python examples/orders_demo.py [--keep]  (RELAY_DATABASE_URL / RELAY_KAFKA_BOOTSTRAP_SERVERS)
 
-It creates a fresh demo database next to RELAY_DATABASE_URL's, so it never touches yours.
+It creates a fresh demo database next to RELAY_DATABASE_URL's, so it never touches yours,
+and a topic of its own; it drops them when it ends (also on an error or Ctrl-C), unless
+``--keep`` (or RELAY_DEMO_KEEP=1) asks to keep them for a look.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import uuid
 from pathlib import Path
 
 import sqlalchemy as sa
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
@@ -43,13 +45,47 @@ class Order(Base):
     status: Mapped[str]
 
 
+DATABASE = f"relay_demo_{RUN_ID}"
+POSITIONS_GROUP = f"demo-{RUN_ID}-positions"
+
+
+def keep_asked() -> bool:
+    """``--keep`` or RELAY_DEMO_KEEP=1: leave the demo's database and topic behind."""
+    return "--keep" in sys.argv[1:] or os.environ.get("RELAY_DEMO_KEEP", "") not in ("", "0")
+
+
 def create_demo_database(admin_url: str) -> str:
-    name = f"relay_demo_{RUN_ID}"
     engine = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
     with engine.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+        conn.execute(sa.text(f'CREATE DATABASE "{DATABASE}"'))
     engine.dispose()
-    return sa.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    return sa.make_url(admin_url).set(database=DATABASE).render_as_string(hide_password=False)
+
+
+def clean_up(admin_url: str, bootstrap: str) -> None:
+    """Drop what the demo made: its database, its topic and its positions group. Each
+    step on its own: one that fails (a server gone) does not keep the others."""
+    engine = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)'))
+    except sa.exc.SQLAlchemyError as exc:
+        print(f"could not drop database {DATABASE}: {exc}", file=sys.stderr)
+    finally:
+        engine.dispose()
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for what, futures in (
+        (f"topic {TOPIC}", admin.delete_topics([TOPIC], operation_timeout=30)),
+        (f"group {POSITIONS_GROUP}", admin.delete_consumer_groups([POSITIONS_GROUP])),
+    ):
+        for future in futures.values():
+            try:
+                future.result(30)
+            except KafkaException as exc:
+                code = exc.args[0].code()
+                if code not in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.GROUP_ID_NOT_FOUND):
+                    print(f"could not delete {what}: {exc}", file=sys.stderr)
+    print(f"cleaned up: database {DATABASE}, topic {TOPIC} (--keep keeps them)")
 
 
 def ensure_topic(bootstrap: str) -> None:
@@ -108,7 +144,10 @@ def service_writes_orders(engine: sa.Engine, rng: random.Random) -> None:
         )
 
 
-def read_events(bootstrap: str) -> list[tuple[int, int, str, str, str]]:
+def read_events(bootstrap: str, expected: int) -> list[tuple[int, int, str, str, str]]:
+    """The topic's committed events, read until ``expected`` arrived or every partition
+    is at its end with none missing (a commit's markers may reach a partition an instant
+    after the commit returned: its end is below the records until then)."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -123,7 +162,7 @@ def read_events(bootstrap: str) -> list[tuple[int, int, str, str, str]]:
     consumer.assign([TopicPartition(TOPIC, p, 0) for p in partitions])
     pending, events = set(partitions), []
     deadline = time.monotonic() + 30
-    while pending and time.monotonic() < deadline:
+    while (pending or len(events) < expected) and time.monotonic() < deadline:
         msg = consumer.poll(0.5)
         if msg is None:
             continue
@@ -208,12 +247,23 @@ def show_side_by_side(engine: sa.Engine) -> bool:
 def main() -> int:
     admin_url = os.environ["RELAY_DATABASE_URL"]
     bootstrap = os.environ["RELAY_KAFKA_BOOTSTRAP_SERVERS"]
+    try:
+        return run_demo(admin_url, bootstrap)
+    finally:  # also on an error or Ctrl-C
+        if keep_asked():
+            print(f"kept: database {DATABASE}, topic {TOPIC}")
+        else:
+            clean_up(admin_url, bootstrap)
+
+
+def run_demo(admin_url: str, bootstrap: str) -> int:
+    print(f"0. a demo database {DATABASE} and topic {TOPIC}")
     database_url = create_demo_database(admin_url)
     env = {
         **os.environ,
         "RELAY_DATABASE_URL": database_url,
         "RELAY_TRANSACTIONAL_ID_PREFIX": f"demo-{RUN_ID}",
-        "RELAY_POSITIONS_GROUP": f"demo-{RUN_ID}-positions",
+        "RELAY_POSITIONS_GROUP": POSITIONS_GROUP,
     }
     relay_cli = [sys.executable, "-m", "relay.cli"]
     print("1. migrations:  relay db upgrade")
@@ -235,7 +285,7 @@ def main() -> int:
 
     print(f"4. a read_committed consumer reads topic {TOPIC}:")
     print(f"   {'partition':>9} {'offset':>6}  {'key':<9} {'event':<13} value")
-    events = read_events(bootstrap)
+    events = read_events(bootstrap, pending)
     for partition, offset, key, event_type, value in events:
         print(f"   {partition:>9} {offset:>6}  {key:<9} {event_type:<13} {value}")
     print(

@@ -2,8 +2,11 @@
 aborted), is copied to the second cluster by `relay replicate --once`; the target is then
 compared, partition by partition, with the source's committed records.
 
-    python examples/replicate_demo.py   (RELAY_REPLICATE_SOURCE/TARGET_BOOTSTRAP_SERVERS,
-                                         written by `relay dev up` into .relay-dev/env)
+    python examples/replicate_demo.py [--keep]  (RELAY_REPLICATE_SOURCE/TARGET_BOOTSTRAP_SERVERS,
+                                                written by `relay dev up` into .relay-dev/env)
+
+It deletes its topics (on both clusters) and the replicator's group when it ends (also on
+an error or Ctrl-C), unless ``--keep`` (or RELAY_DEMO_KEEP=1) asks to keep them.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
@@ -22,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RUN_ID = uuid.uuid4().hex[:8]
 TOPIC = f"demo.payments.{RUN_ID}"
 PARTITIONS = 3
+GROUP = f"demo-{RUN_ID}-replicate"  # the replicator's positions, on the target cluster
 Record = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
 
 
@@ -98,18 +102,54 @@ def first_copy_headers(bootstrap: str, topic: str) -> list[tuple[str, bytes | No
     return list(message.headers() or ()) if message is not None else []
 
 
+def keep_asked() -> bool:
+    """``--keep`` or RELAY_DEMO_KEEP=1: leave the demo's topics and group behind."""
+    return "--keep" in sys.argv[1:] or os.environ.get("RELAY_DEMO_KEEP", "") not in ("", "0")
+
+
+def clean_up(source: str, target: str) -> None:
+    """Delete the source topic, its copy and the replicator's group; each step on its
+    own, so that one that fails does not keep the others."""
+    gone = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.GROUP_ID_NOT_FOUND)
+    source_admin = AdminClient({"bootstrap.servers": source})
+    target_admin = AdminClient({"bootstrap.servers": target})
+    for what, futures in (
+        (f"topic {TOPIC}", source_admin.delete_topics([TOPIC], operation_timeout=30)),
+        (f"topic dr.{TOPIC}", target_admin.delete_topics([f"dr.{TOPIC}"], operation_timeout=30)),
+        (f"group {GROUP}", target_admin.delete_consumer_groups([GROUP])),
+    ):
+        for future in futures.values():
+            try:
+                future.result(30)
+            except KafkaException as exc:
+                if exc.args[0].code() not in gone:
+                    print(f"could not delete {what}: {exc}", file=sys.stderr)
+    print(f"cleaned up: topics {TOPIC} and dr.{TOPIC}, group {GROUP} (--keep keeps them)")
+
+
 def main() -> int:
     source = os.environ.get("RELAY_REPLICATE_SOURCE_BOOTSTRAP_SERVERS")
     target = os.environ.get("RELAY_REPLICATE_TARGET_BOOTSTRAP_SERVERS")
     if not source or not target:
         print("set RELAY_REPLICATE_SOURCE/TARGET_BOOTSTRAP_SERVERS (source .relay-dev/env)")
         return 2
+    try:
+        return run_demo(source, target)
+    finally:  # also on an error or Ctrl-C
+        if keep_asked():
+            print(f"kept: topics {TOPIC} and dr.{TOPIC}, group {GROUP}")
+        else:
+            clean_up(source, target)
+
+
+def run_demo(source: str, target: str) -> int:
     print(f"1. a producer writes {TOPIC} on the source cluster ({source}) in transactions")
     committed, aborted = write_source(source)
     print(f"   {committed} records committed, {aborted} in aborted transactions")
     command = [
         sys.executable, "-m", "relay.cli", "replicate", "--once",
         "--topics", TOPIC, "--target-prefix", "dr.", "--source-alias", "demo-east",
+        "--group", GROUP,
     ]  # fmt: skip
     print(f"2. relay replicate --once --topics {TOPIC} --target-prefix dr.  (to {target})")
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
