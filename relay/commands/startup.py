@@ -4,6 +4,7 @@ partition's :class:`~relay.publishing.partition_relay.PartitionRelay`."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from relay.errors import ConfigurationError, KafkaError
@@ -21,6 +22,8 @@ from relay.runtime.clock import Clock
 from relay.runtime.failpoints import Failpoints
 from relay.runtime.retry import RetryPolicy
 from relay.settings.relay import RelaySettings
+
+log = logging.getLogger(__name__)
 
 
 def check_environment(settings: RelaySettings, database: Database) -> int:
@@ -60,7 +63,16 @@ def refuse_beside_members(settings: RelaySettings, what: str) -> None:
     ``--fence-members``. ``settings`` as :func:`for_database` returns them."""
     if settings.fence_members:
         return
-    members = active_members(settings)
+    try:
+        members = active_members(settings)
+    except KafkaError as exc:
+        if exc.code != "GROUP_AUTHORIZATION_FAILED":
+            raise
+        # A principal allowed only its own groups: the check cannot tell, the run goes on.
+        log.warning(
+            "%s: cannot tell whether `relay run` processes share the partitions: %s", what, exc
+        )
+        return
     if members:
         running = "1 member" if members == 1 else f"{members} members"
         verbs = (

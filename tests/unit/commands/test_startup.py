@@ -1,0 +1,55 @@
+"""A run of its own beside `relay run` members: refused with one line, or let through
+where the members group cannot be described (only the answer of the group is faked)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from relay.commands import startup
+from relay.errors import ConfigurationError, KafkaError
+from relay.settings.relay import load_settings
+
+ENV = {
+    "RELAY_DATABASE_URL": "postgresql+psycopg://u:p@db/x",
+    "RELAY_KAFKA_BOOTSTRAP_SERVERS": "k:9092",
+    "RELAY_TRANSACTIONAL_ID_PREFIX": "shop",
+    "RELAY_POSITIONS_GROUP": "shop-positions",
+}
+
+
+def _members(answer: int | Exception) -> object:
+    def active_members(_settings: object) -> int:
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    return active_members
+
+
+def test_refused_while_members_run_unless_fence_members(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(startup, "active_members", _members(2))
+    with pytest.raises(ConfigurationError) as refused:
+        startup.refuse_beside_members(load_settings(environ=ENV), "relay run --once")
+    assert str(refused.value).startswith(
+        "relay run --once: 2 members of group shop-positions.members are running `relay run`"
+    )
+    assert refused.value.exit_code == 2
+    startup.refuse_beside_members(load_settings(environ={**ENV, "RELAY_FENCE_MEMBERS": "1"}), "x")
+    monkeypatch.setattr(startup, "active_members", _members(0))
+    startup.refuse_beside_members(load_settings(environ=ENV), "relay run --once")
+
+
+def test_a_group_it_may_not_describe_lets_the_run_go_on(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    denied = KafkaError("describing group failed", code="GROUP_AUTHORIZATION_FAILED")
+    monkeypatch.setattr(startup, "active_members", _members(denied))
+    with caplog.at_level(logging.WARNING, logger="relay.commands.startup"):
+        startup.refuse_beside_members(load_settings(environ=ENV), "relay run --once")
+    assert "cannot tell whether `relay run` processes share the partitions" in caplog.text
+    other = KafkaError("broker down", code="_TRANSPORT")
+    monkeypatch.setattr(startup, "active_members", _members(other))
+    with pytest.raises(KafkaError):
+        startup.refuse_beside_members(load_settings(environ=ENV), "relay run --once")
