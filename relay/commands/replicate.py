@@ -111,6 +111,9 @@ def with_end_offsets(
 ) -> list[ReplicaTask]:
     """``tasks`` with each source partition's last stable offset now: what a run that
     copies everything committed so far copies up to (the Spark driver's step)."""
+    if not tasks:
+        return []
+    settings = settings.with_group(tasks[0].group)  # as the plan resolved it
     ends = last_stable_offsets(settings, [(t.route.topic, t.route.partition) for t in tasks])
     return [
         replace(task, end_offset=ends[(task.route.topic, task.route.partition)]) for task in tasks

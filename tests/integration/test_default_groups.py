@@ -14,8 +14,10 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
+from relay.commands.replicate import plan_replication, with_end_offsets
 from relay.settings.mirror import LEGACY_GROUP as LEGACY_MIRROR_GROUP
 from relay.settings.replicate import LEGACY_GROUP as LEGACY_REPLICATE_GROUP
+from relay.settings.replicate import load_replicate_settings
 from tests.integration.mirror_support import TxProducer, item, items_mapping, mirror_env
 from tests.integration.replicate_support import (
     ReplicaEnv,
@@ -111,3 +113,21 @@ def test_the_replicator_takes_a_group_of_its_source_unless_the_old_default_holds
     assert f"replicator group {LEGACY_REPLICATE_GROUP}: it holds positions" in after.stderr
     # kept: the second run copied only what was new, nothing twice
     assert_replica(read_log(replica.source, old, 1), read_log(replica.target, f"old.{old}", 1))
+
+
+def test_the_spark_drivers_plan_resolves_the_default_group(
+    bootstrap_servers: str,
+    target_bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    default_groups: str,
+) -> None:
+    """The replicate job's driver plans (jobs/replicate.py: plan_replication, then the end
+    offsets) without a group given; its tasks carry the group it resolved."""
+    topic = make_topic("default-group-job", partitions=2)
+    write_transactions(bootstrap_servers, topic, transactions=2, per_transaction=5)
+    env = ReplicaEnv(bootstrap_servers, target_bootstrap_servers, "").env()
+    settings = load_replicate_settings({"replicate_topics": topic}, env)
+    assert settings.group_name is None
+    tasks = with_end_offsets(settings, plan_replication(settings).tasks())
+    assert {t.group for t in tasks} == {default_groups}
+    assert sorted(t.end_offset or 0 for t in tasks) > [0, 0]
