@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from relay.commands.groups import mirror_settings
+from relay.commands import groups
 from relay.commands.mirror import lag_report, timed
 from relay.commands.startup import for_database, select_partitions
 from relay.errors import MigrationsNotAppliedError
@@ -107,7 +107,7 @@ def _mirror_status(
     database: Database, settings: RelaySettings, scope: MirrorScope
 ) -> tuple[MirrorPartitionStatus, ...]:
     if scope.settings is not None:
-        mirror = mirror_settings(scope.settings, database, announce=False)
+        mirror = groups.mirror_settings(scope.settings, database, announce=False)
         group = mirror.group
         dead = {
             (s.topic, s.partition): s.dead_letters for s in mirror_stored_offsets(database, group)
