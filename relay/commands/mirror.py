@@ -1,10 +1,9 @@
-"""The mirror as a typed API: start-up checks, continuous and ``--once`` runs, Spark tasks
-and the lag report.
+"""The mirror as a typed API: continuous and ``--once`` runs, Spark tasks, the lag and
+freshness reports, the reset of a recreated topic.
 
-Start-up fails fast with one clear error (I6): unreachable database or broker, schema
-not migrated, a mapping that does not match the database, a mapped topic missing in
-Kafka. All three runners build the same core (:class:`~relay.mirroring.loop.MirrorLoop`
-over :class:`~relay.mirroring.applier.Applier`) on the same edges.
+Each starts with the checks of :mod:`relay.commands.mirror_startup` (I6). All three
+runners build the same core (:class:`~relay.mirroring.loop.MirrorLoop` over
+:class:`~relay.mirroring.applier.Applier`) on the same edges.
 """
 
 from __future__ import annotations
@@ -13,23 +12,28 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
 from relay.commands.groups import mirror_settings
-from relay.errors import ConfigurationError, KafkaError
-from relay.kafka.admin import KafkaTopicDirectory, admin_client, check_broker, describe_topics
+from relay.commands.mirror_startup import (
+    check_not_past_end,
+    check_topics,
+    mirror_database,
+    prepare,
+    stored_next,
+    targets_for,
+)
+from relay.errors import ConfigurationError
+from relay.kafka.admin import KafkaTopicDirectory
 from relay.kafka.record_stream import KafkaRecordStream
 from relay.mirroring.applier import Applier
 from relay.mirroring.loop import MirrorLoop
-from relay.mirroring.mapping import MirrorMapping, load_mapping
+from relay.mirroring.mapping import load_mapping
 from relay.mirroring.observer import LoopObserver
 from relay.mirroring.topic_guard import (
     TopicGuard,
     TopicReset,
-    check_stored,
-    offset_versioned,
     reset_notes,
     stale_offsets,
 )
@@ -38,14 +42,11 @@ from relay.mirroring.types import (
     MirrorSummary,
     PartitionStats,
     ResolvedTable,
-    StoredOffset,
-    TopicIdentity,
     TopicPartitionKey,
     with_lag_seconds,
 )
 from relay.postgres import mirror_freshness as freshness
-from relay.postgres.engine import Database, open_database
-from relay.postgres.migrations import check_schema
+from relay.postgres.engine import Database
 from relay.postgres.mirror_catalog import resolve_tables
 from relay.postgres.mirror_store import (
     PostgresMirrorStore,
@@ -63,99 +64,6 @@ if TYPE_CHECKING:  # commands use the PostgreSQL adapter's handle, never SQLAlch
     import sqlalchemy as sa
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Prepared:
-    """What the start-up checks established."""
-
-    mapping: MirrorMapping
-    tables: tuple[ResolvedTable, ...]
-    reflected: dict[str, sa.Table]
-    partitions: tuple[TopicPartitionKey, ...]
-    identities: dict[str, TopicIdentity]  # each mapped topic as Kafka has it
-
-
-def _database(settings: MirrorSettings, *, pooled: bool = True) -> Database:
-    return open_database(
-        settings.connections.database_url,
-        application_name="relay-mirror",
-        idle_transaction_timeout_s=settings.idle_transaction_timeout_s,
-        pooled=pooled,
-    )
-
-
-def prepare(settings: MirrorSettings, database: Database) -> Prepared:
-    with database.connect("connecting"):
-        pass
-    check_schema(database)
-    full = mapping = load_mapping(settings.mapping_path)
-    if settings.topics:
-        mapping = mapping.restricted_to(settings.topics)
-    tables, reflected = resolve_tables(database, mapping)
-    # Every topic of each table, also those other instances mirror (the freshness view).
-    freshness.record_table_topics(database, settings.group, full.tables)
-    identities = kafka_topics(settings, mapping)
-    partitions = tuple((t, p) for t, i in identities.items() for p in range(i.partitions))
-    return Prepared(mapping, tables, reflected, partitions, identities)
-
-
-def kafka_topics(settings: MirrorSettings, mapping: MirrorMapping) -> dict[str, TopicIdentity]:
-    """The id and partition count of each mapped topic, in mapping order."""
-    kafka = settings.connections.kafka
-    admin = admin_client(kafka)
-    check_broker(admin, kafka)
-    found = describe_topics(admin, mapping.topics, kafka.request_timeout_s)
-    identities: dict[str, TopicIdentity] = {}
-    for topic in mapping.topics:
-        identity = found[topic]
-        if identity is None:
-            tables = ", ".join(t.table for t in mapping.tables_for(topic))
-            raise ConfigurationError(
-                f"topic {topic} (mapped to {tables} in {mapping.source}) does not exist in Kafka"
-            )
-        identities[topic] = identity
-    return identities
-
-
-def check_topics(
-    settings: MirrorSettings, prepared: Prepared, stored: Mapping[TopicPartitionKey, StoredOffset]
-) -> None:
-    """The group's stored offsets against the mapped topics (TopicGuard's checks)."""
-    for topic, identity in prepared.identities.items():
-        rows = {p: s for (t, p), s in stored.items() if t == topic}
-        tables = offset_versioned(prepared.tables, topic)
-        check_stored(settings.group, topic, identity, rows, tables)
-
-
-def targets_for(
-    database: Database, settings: MirrorSettings, stream: KafkaRecordStream, prepared: Prepared
-) -> dict[TopicPartitionKey, int]:
-    """The last stable offset of each partition: what ``--once`` and the Spark job apply
-    up to. A stored offset of another topic id is refused; one of this topic never passes
-    the last stable offset of its time, so one read before it that is past it means the
-    topic was truncated: an error."""
-    stored = group_offsets(database, settings.group)
-    check_topics(settings, prepared, stored)
-    stable = stream.last_stable_offsets(prepared.partitions)
-    for tp in prepared.partitions:
-        check_not_past_end(tp, _next(stored, tp), stable[tp])
-    return stable
-
-
-def _next(stored: Mapping[TopicPartitionKey, StoredOffset], tp: TopicPartitionKey) -> int | None:
-    return stored[tp].next_offset if tp in stored else None
-
-
-def check_not_past_end(tp: TopicPartitionKey, stored: int | None, stable: int) -> None:
-    """A stored offset past the last stable offset: the topic was recreated or truncated."""
-    if stored is not None and stored > stable:
-        raise KafkaError(
-            f"{tp[0]}[{tp[1]}]: the stored offset {stored} is past the end of the "
-            f"partition ({stable}): the topic was recreated or truncated. Set "
-            "mirror_offsets.next_offset for it (or delete the row to start from the "
-            "beginning)"
-        )
 
 
 def _loop(
@@ -202,7 +110,7 @@ class MirrorService:
         self.metrics = metrics or MirrorMetrics()
 
     def run(self, once: bool) -> MirrorSummary:
-        database = _database(self._settings)
+        database = mirror_database(self._settings)
         stream = stable = None
         try:
             settings = mirror_settings(self._settings, database)
@@ -254,7 +162,7 @@ def mirror_partition(
     The task reads the stored offset itself, after it starts: a re-run or speculative
     copy of the task continues from what the other attempt committed, and their
     compare-and-sets keep them from applying anything twice."""
-    database = _database(settings, pooled=False)
+    database = mirror_database(settings, pooled=False)
     stream = None
     try:
         settings = mirror_settings(settings, database, announce=False)  # the driver's
@@ -294,7 +202,7 @@ def lag_report(
     """Stored offsets of the group against the brokers' last stable offsets; ``checked``:
     refuse stored offsets that do not fit the topics (TopicGuard's checks); ``seconds``:
     with the lag in seconds (a read of each lagging partition)."""
-    database = _database(settings, pooled=False)
+    database = mirror_database(settings, pooled=False)
     stream = None
     try:
         settings = mirror_settings(settings, database)
@@ -304,7 +212,10 @@ def lag_report(
             check_topics(settings, prepared, stored)
         stream = KafkaRecordStream(settings.connections.kafka, settings.group)
         stable = stream.last_stable_offsets(prepared.partitions)
-        rows = [LagRow(t, p, _next(stored, (t, p)), stable[(t, p)]) for t, p in prepared.partitions]
+        rows = [
+            LagRow(t, p, stored_next(stored, (t, p)), stable[(t, p)])
+            for t, p in prepared.partitions
+        ]
         return timed(stream, rows) if seconds else rows
     finally:
         if stream is not None:
@@ -314,7 +225,7 @@ def lag_report(
 
 def table_freshness(settings: MirrorSettings) -> list[freshness.Freshness]:
     """How complete each mirrored table of the group is (``relay_mirror_freshness``)."""
-    database = _database(settings, pooled=False)
+    database = mirror_database(settings, pooled=False)
     try:
         settings = mirror_settings(settings, database)
         return freshness.group_freshness(database, settings.group)
@@ -337,7 +248,7 @@ def reset_recreated_topic(settings: MirrorSettings, topic: str, *, yes: bool) ->
     move the stored offsets of other ids (or of none) there in one transaction; without,
     only say which. Refused (nothing changed) when a table the topic feeds takes its
     versions from Kafka offsets and holds rows."""
-    database = _database(settings, pooled=False)
+    database = mirror_database(settings, pooled=False)
     try:
         settings = mirror_settings(settings, database)
         prepared = prepare(settings, database)
