@@ -24,17 +24,21 @@ if TYPE_CHECKING:
         publish_many,
         publish_many_async,
     )
+    from relay.publishing.event_ids import new_event_id
     from relay.publishing.events import Event
+    from relay.publishing.json_values import set_json_default
 
 __all__ = [
     "Event",
     "InvalidEventError",
     "RelayError",
     "UnsupportedBindError",
+    "new_event_id",
     "publish",
     "publish_async",
     "publish_many",
     "publish_many_async",
+    "set_json_default",
 ]
 __version__ = "0.1.0"
 
@@ -44,6 +48,8 @@ _LAZY = {
     "InvalidEventError": "relay.errors",
     "RelayError": "relay.errors",
     "UnsupportedBindError": "relay.errors",
+    "new_event_id": "relay.publishing.event_ids",
+    "set_json_default": "relay.publishing.json_values",
     "publish": "relay.postgres.outbox_writer",
     "publish_async": "relay.postgres.outbox_writer",
     "publish_many": "relay.postgres.outbox_writer",

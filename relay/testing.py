@@ -28,13 +28,22 @@ Nothing here imports a database driver or a Kafka client.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import relay
-from relay.publishing.events import Event, HeadersLike, KeyLike, decode_headers, outbox_row
+from relay.publishing.event_ids import new_event_id
+from relay.publishing.events import (
+    Event,
+    HeadersLike,
+    KeyLike,
+    decode_headers,
+    outbox_row,
+)
+from relay.publishing.json_values import JsonDefault
 
 WRITE_API = ("publish", "publish_many", "publish_async", "publish_many_async")
 
@@ -46,9 +55,12 @@ class RecordedEvent:
     topic: str
     key: bytes | None
     value: bytes | None  # None is a tombstone
-    headers: tuple[tuple[str, bytes], ...]  # the event's own; the relay adds outbox-* ones
+    # The event's own (a null value is None); the relay adds outbox-* ones and event-id.
+    headers: tuple[tuple[str, bytes | None], ...]
     event_type: str | None  # sent as the event-type header
     bind: object
+    # Sent as the event-id header; left out of comparisons (each run makes new ones).
+    event_id: uuid.UUID | None = field(default=None, compare=False)
 
     def json(self) -> Any:
         """The value decoded as JSON (what a dict or list value was encoded as)."""
@@ -69,24 +81,18 @@ class RecordingOutbox:
     def clear(self) -> None:
         self.events.clear()
 
-    def publish_many(self, bind: object, events: Iterable[Event]) -> int:
+    def publish_many(
+        self, bind: object, events: Iterable[Event], *, json_default: JsonDefault | None = None
+    ) -> int:
         """Like :func:`relay.publish_many`: every event is checked before any is recorded."""
-        rows = [outbox_row(event) for event in events]
-        self.events.extend(
-            RecordedEvent(
-                row["topic"],
-                row["key"],
-                row["value"],
-                decode_headers(json.loads(row["headers"])),
-                row["event_type"],
-                bind,
-            )
-            for row in rows
-        )
+        rows = [outbox_row(event, json_default) for event in events]
+        self.events.extend(_recorded(row, bind) for row in rows)
         return len(rows)
 
-    async def publish_many_async(self, bind: object, events: Iterable[Event]) -> int:
-        return self.publish_many(bind, events)
+    async def publish_many_async(
+        self, bind: object, events: Iterable[Event], *, json_default: JsonDefault | None = None
+    ) -> int:
+        return self.publish_many(bind, events, json_default=json_default)
 
     def publish(
         self,
@@ -97,8 +103,12 @@ class RecordingOutbox:
         headers: HeadersLike | None = None,
         *,
         event_type: str | None = None,
-    ) -> None:
-        self.publish_many(bind, [Event(topic, key, value, headers, event_type)])
+        json_default: JsonDefault | None = None,
+    ) -> uuid.UUID:
+        event_id = new_event_id()
+        event = Event(topic, key, value, headers, event_type, event_id)
+        self.publish_many(bind, [event], json_default=json_default)
+        return event_id
 
     async def publish_async(
         self,
@@ -109,8 +119,26 @@ class RecordingOutbox:
         headers: HeadersLike | None = None,
         *,
         event_type: str | None = None,
-    ) -> None:
-        self.publish(bind, topic, key, value, headers, event_type=event_type)
+        json_default: JsonDefault | None = None,
+    ) -> uuid.UUID:
+        return self.publish(
+            bind, topic, key, value, headers, event_type=event_type, json_default=json_default
+        )
+
+
+def _recorded(row: dict[str, Any], bind: object) -> RecordedEvent:
+    """The INSERT's parameters as a recorded event: the event id (the first header, which
+    the write API adds) apart from the event's own headers."""
+    (_, event_id), *headers = decode_headers(json.loads(row["headers"]))
+    return RecordedEvent(
+        row["topic"],
+        row["key"],
+        row["value"],
+        tuple(headers),
+        row["event_type"],
+        bind,
+        uuid.UUID((event_id or b"").decode("ascii")),
+    )
 
 
 @contextmanager

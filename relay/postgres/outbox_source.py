@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -14,7 +13,7 @@ from relay.errors import InvalidEventError
 from relay.postgres.engine import Database
 from relay.postgres.outbox_holds import CLEAR_STALL, DEAD_LETTER, RECORD_STALL, with_followed
 from relay.postgres.outbox_horizon import HELD_UP_WARNING_S, Horizons
-from relay.publishing.events import decode_headers
+from relay.publishing.events import decode_headers_json
 from relay.publishing.types import Headers, OutboxIdentity, OutboxRecord, Settled
 
 # Committed rows of a relay partition in position order (I2, docs/invariants.md), at
@@ -235,14 +234,11 @@ class PostgresOutboxSource:
         for outbox_id, seq, topic, key, value, event_type, headers_json, at_ms, _ in rows:
             if outbox_id is None:
                 continue
-            if headers_json == "[]":  # most rows: no headers of the event's own
-                headers: Headers = ()
-            else:
-                try:
-                    headers = decode_headers(json.loads(headers_json))
-                except InvalidEventError as exc:
-                    unreadable[outbox_id] = str(exc)
-                    continue
+            try:
+                headers: Headers = decode_headers_json(headers_json)
+            except InvalidEventError as exc:
+                unreadable[outbox_id] = str(exc)
+                continue
             append(
                 OutboxRecord(
                     outbox_id, partition, seq, topic, key, value, event_type, headers, at_ms

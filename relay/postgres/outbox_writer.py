@@ -23,6 +23,7 @@ A connection in autocommit mode is refused unless a transaction is open on it (p
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 from typing import Any, TypeAlias
 
@@ -35,7 +36,9 @@ from sqlalchemy.orm import Session, scoped_session
 from sqlalchemy.pool import PoolProxiedConnection
 
 from relay.errors import UnsupportedBindError
+from relay.publishing.event_ids import new_event_id
 from relay.publishing.events import Event, HeadersLike, KeyLike, outbox_rows
+from relay.publishing.json_values import JsonDefault
 
 SyncBind: TypeAlias = Session | scoped_session[Session] | Connection | psycopg.Connection[Any]
 AsyncBind: TypeAlias = (
@@ -110,16 +113,24 @@ def _check_pooled(raw: PoolProxiedConnection) -> None:
 
 
 def _checked_rows(
-    bind: object, events: Iterable[Event], *, asynchronous: bool
+    bind: object,
+    events: Iterable[Event],
+    json_default: JsonDefault | None,
+    *,
+    asynchronous: bool,
 ) -> list[dict[str, Any]]:
     """The bind's type first (no I/O), then every event, before anything is written."""
     check_bind(bind, asynchronous=asynchronous)
-    return outbox_rows(events)
+    return outbox_rows(events, json_default)
 
 
-def publish_many(bind: SyncBind, events: Iterable[Event]) -> int:
-    """Add ``events`` to the transaction of ``bind``, in order. Returns how many."""
-    rows = _checked_rows(bind, events, asynchronous=False)
+def publish_many(
+    bind: SyncBind, events: Iterable[Event], *, json_default: JsonDefault | None = None
+) -> int:
+    """Add ``events`` to the transaction of ``bind``, in order. Returns how many.
+    ``json_default``: the encoder hook of their values (:mod:`relay.publishing.json_values`);
+    an event whose id you need takes one you made (``Event(..., event_id=...)``)."""
+    rows = _checked_rows(bind, events, json_default, asynchronous=False)
     if not rows:
         return 0
     if isinstance(bind, scoped_session):
@@ -136,9 +147,11 @@ def publish_many(bind: SyncBind, events: Iterable[Event]) -> int:
     return len(rows)
 
 
-async def publish_many_async(bind: AsyncBind, events: Iterable[Event]) -> int:
+async def publish_many_async(
+    bind: AsyncBind, events: Iterable[Event], *, json_default: JsonDefault | None = None
+) -> int:
     """:func:`publish_many` for asyncio: ``await relay.publish_many_async(session, events)``."""
-    rows = _checked_rows(bind, events, asynchronous=True)
+    rows = _checked_rows(bind, events, json_default, asynchronous=True)
     if not rows:
         return 0
     if isinstance(bind, async_scoped_session):
@@ -163,14 +176,21 @@ def publish(
     headers: HeadersLike | None = None,
     *,
     event_type: str | None = None,
-) -> None:
-    """Add one event to the transaction of ``bind`` (see the module for what it may be).
+    json_default: JsonDefault | None = None,
+) -> uuid.UUID:
+    """Add one event to the transaction of ``bind`` (see the module for what it may be);
+    returns its event id, the UUIDv7 its Kafka record carries in the ``event-id`` header.
 
     ``key`` decides the relay partition and the Kafka partition; events of one key are
     published in the order their transactions committed. ``value`` may be bytes, None (a
-    tombstone) or any JSON-serialisable object.
+    tombstone) or any JSON-serialisable object: datetime, date, time, UUID and Decimal
+    are converted to text, other types by ``json_default`` (else the process-wide hook
+    of ``relay.set_json_default``; see :mod:`relay.publishing.json_values`).
     """
-    publish_many(bind, [Event(topic, key, value, headers, event_type)])
+    event_id = new_event_id()
+    event = Event(topic, key, value, headers, event_type, event_id)
+    publish_many(bind, [event], json_default=json_default)
+    return event_id
 
 
 async def publish_async(
@@ -181,6 +201,10 @@ async def publish_async(
     headers: HeadersLike | None = None,
     *,
     event_type: str | None = None,
-) -> None:
+    json_default: JsonDefault | None = None,
+) -> uuid.UUID:
     """:func:`publish` for asyncio: ``await relay.publish_async(session, "orders", ...)``."""
-    await publish_many_async(bind, [Event(topic, key, value, headers, event_type)])
+    event_id = new_event_id()
+    event = Event(topic, key, value, headers, event_type, event_id)
+    await publish_many_async(bind, [event], json_default=json_default)
+    return event_id

@@ -10,18 +10,26 @@ import base64
 import binascii
 import json
 import re
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from relay.errors import InvalidEventError
+from relay.publishing.event_ids import new_event_id
+from relay.publishing.json_values import JsonDefault, to_json
 
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-RESERVED_HEADERS = frozenset({"outbox-id", "outbox-seq", "outbox-partition", "event-type"})
+EVENT_TYPE_MAX = 255  # characters
+EVENT_ID_HEADER = "event-id"  # the event's UUIDv7, stored by the write API in the headers
+# Headers the relay sets on each record from the row's other columns: never in the column.
+RELAY_HEADERS = frozenset({"outbox-id", "outbox-seq", "outbox-partition", "event-type"})
+# Headers a service may not give: the relay's, and the id the write API gives each event.
+RESERVED_HEADERS = RELAY_HEADERS | {EVENT_ID_HEADER}
 RESERVED_HEADER_PREFIX = "outbox-"  # every header named outbox-* is the relay's own
 
 KeyLike = str | bytes | None
-HeaderValue = str | bytes
+HeaderValue = str | bytes | None  # None: a Kafka header with a null value
 HeadersLike = Mapping[str, HeaderValue] | Iterable[tuple[str, HeaderValue]]
 
 
@@ -34,6 +42,8 @@ class Event:
     value: Any
     headers: HeadersLike | None = None
     event_type: str | None = None
+    # None: the write API gives the event a new UUIDv7 (relay.publishing.event_ids).
+    event_id: uuid.UUID | None = None
 
 
 def encode_key(key: KeyLike) -> bytes | None:
@@ -44,33 +54,54 @@ def encode_key(key: KeyLike) -> bytes | None:
     raise InvalidEventError(f"event key must be str, bytes or None, not {type(key).__name__}")
 
 
-def encode_value(value: Any) -> bytes | None:
-    """bytes pass through, None is a tombstone, anything else is serialised as JSON."""
+def encode_value(value: Any, json_default: JsonDefault | None = None) -> bytes | None:
+    """bytes pass through, None is a tombstone, anything else is serialised as JSON
+    (:mod:`relay.publishing.json_values`)."""
     if value is None or isinstance(value, bytes):
         return value
     if isinstance(value, bytearray | memoryview):
         return bytes(value)
-    try:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    except (TypeError, ValueError) as exc:
+    return to_json(value, json_default)
+
+
+def check_event_type(event_type: object) -> str | None:
+    """None, or 1-255 characters, no control characters, no surrounding whitespace."""
+    if event_type is None:
+        return None
+    if not isinstance(event_type, str):
         raise InvalidEventError(
-            f"event value is neither bytes nor JSON-serialisable: {exc}"
-        ) from exc
+            f"event_type must be a str or None, not {type(event_type).__name__}"
+        )
+    if not 0 < len(event_type) <= EVENT_TYPE_MAX:
+        raise InvalidEventError(
+            f"event_type must have 1-{EVENT_TYPE_MAX} characters, got {len(event_type)}"
+        )
+    if not event_type.isprintable():
+        raise InvalidEventError(f"event_type {event_type!r} holds control characters")
+    if event_type != event_type.strip():
+        raise InvalidEventError(f"event_type {event_type!r} has leading or trailing whitespace")
+    return event_type
 
 
-def encode_headers(headers: HeadersLike | None) -> list[list[str]]:
+def encode_headers(headers: HeadersLike | None) -> list[list[str | None]]:
+    """The event's headers as the column holds them: ``[name, base64 value or null]``."""
     if headers is None:
         return []
     pairs = headers.items() if isinstance(headers, Mapping) else headers
-    encoded: list[list[str]] = []
+    encoded: list[list[str | None]] = []
     for name, value in pairs:
         if not isinstance(name, str) or not name:
             raise InvalidEventError(f"header names must be non-empty strings, got {name!r}")
+        if name == EVENT_ID_HEADER:
+            raise InvalidEventError(f"header {name!r} is set by the write API itself")
         if is_reserved_header(name):
             raise InvalidEventError(f"header {name!r} is set by the relay itself")
+        if value is None:
+            encoded.append([name, None])
+            continue
         raw = value.encode("utf-8") if isinstance(value, str) else value
         if not isinstance(raw, bytes):
-            raise InvalidEventError(f"header {name!r} must be str or bytes")
+            raise InvalidEventError(f"header {name!r} must be str, bytes or None")
         encoded.append([name, base64.b64encode(raw).decode("ascii")])
     return encoded
 
@@ -79,8 +110,15 @@ def is_reserved_header(name: str) -> bool:
     return name in RESERVED_HEADERS or name.startswith(RESERVED_HEADER_PREFIX)
 
 
-def decode_headers(stored: object) -> tuple[tuple[str, bytes], ...]:
-    """The headers column (``[[name, base64 value], ...]``) as Kafka headers.
+def is_relay_header(name: str) -> bool:
+    """A header the relay sets itself: the headers column may not hold it."""
+    return name in RELAY_HEADERS or name.startswith(RESERVED_HEADER_PREFIX)
+
+
+def decode_headers(stored: object) -> tuple[tuple[str, bytes | None], ...]:
+    """The headers column (``[[name, base64 value or null], ...]``) as Kafka headers.
+    The ``event-id`` the write API stores is one of them; a plain-SQL writer may store
+    its own.
 
     Rows written by plain SQL, COPY or another language may hold anything: each way the
     column can be wrong is an InvalidEventError whose text becomes the dead letter's
@@ -91,21 +129,24 @@ def decode_headers(stored: object) -> tuple[tuple[str, bytes], ...]:
         )
     if not stored:
         return ()  # most rows: no headers of the event's own
-    decoded: list[tuple[str, bytes]] = []
+    decoded: list[tuple[str, bytes | None]] = []
     for pair in stored:
         if (
             not isinstance(pair, list)
             or len(pair) != 2
             or not isinstance(pair[0], str)
             or not pair[0]
-            or not isinstance(pair[1], str)
+            or not (pair[1] is None or isinstance(pair[1], str))
         ):
             raise InvalidEventError(
-                f"each header must be a [name, base64 value] pair, got {_shown(pair)}"
+                f"each header must be a [name, base64 value or null] pair, got {_shown(pair)}"
             )
         name, value = pair
-        if is_reserved_header(name):
+        if is_relay_header(name):
             raise InvalidEventError(f"header {name!r} is set by the relay itself")
+        if value is None:
+            decoded.append((name, None))
+            continue
         try:
             # base64.b64decode(value, validate=True) without its wrapper
             decoded.append((name, binascii.a2b_base64(value, strict_mode=True)))
@@ -114,27 +155,59 @@ def decode_headers(stored: object) -> tuple[tuple[str, bytes], ...]:
     return tuple(decoded)
 
 
+# The headers column the write API stores for an event without headers of its own, as
+# jsonb shows it (the base64 of a UUID's 36 characters: 48 characters, no padding).
+_LONE_ID_START = '[["event-id", "'
+_LONE_ID_LENGTH = len(_LONE_ID_START) + 48 + len('"]]')
+
+
+def decode_headers_json(text: str) -> tuple[tuple[str, bytes | None], ...]:
+    """:func:`decode_headers` of the column's JSON text. The relay's hot path: the two
+    most common columns, no headers and the write API's lone event id, are read without
+    the JSON parser."""
+    if text == "[]":
+        return ()
+    if len(text) == _LONE_ID_LENGTH and text.startswith(_LONE_ID_START) and text[-3:] == '"]]':
+        try:
+            value = binascii.a2b_base64(text[len(_LONE_ID_START) : -3], strict_mode=True)
+        except binascii.Error:
+            pass  # not base64 (a quote, say): the parser says what it is
+        else:
+            return ((EVENT_ID_HEADER, value),)
+    return decode_headers(json.loads(text))
+
+
 def _shown(value: object, limit: int = 60) -> str:
     text = json.dumps(value, ensure_ascii=False, default=repr)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def outbox_rows(events: Iterable[Event]) -> list[dict[str, Any]]:
+def outbox_rows(
+    events: Iterable[Event], json_default: JsonDefault | None = None
+) -> list[dict[str, Any]]:
     """The parameters of the write API's INSERT, one dict an event, in order; every event
     is checked before the first is written."""
-    return [outbox_row(event) for event in events]
+    return [outbox_row(event, json_default) for event in events]
 
 
-def outbox_row(event: Event) -> dict[str, Any]:
-    """One event as the INSERT's parameters: ``headers`` is the column's JSON text."""
+def outbox_row(event: Event, json_default: JsonDefault | None = None) -> dict[str, Any]:
+    """One event as the INSERT's parameters: ``headers`` is the column's JSON text, its
+    first header the event id."""
     if not isinstance(event.topic, str) or not TOPIC_NAME.match(event.topic):
         raise InvalidEventError(
             f"invalid Kafka topic name {event.topic!r}: use 1-249 of [A-Za-z0-9._-]"
         )
+    event_id = new_event_id() if event.event_id is None else event.event_id
+    if not isinstance(event_id, uuid.UUID):
+        raise InvalidEventError(
+            f"event_id must be a uuid.UUID or None, not {type(event_id).__name__}"
+        )
+    encoded_id = base64.b64encode(str(event_id).encode("ascii")).decode("ascii")
+    headers = [[EVENT_ID_HEADER, encoded_id], *encode_headers(event.headers)]
     return {
         "topic": event.topic,
         "key": encode_key(event.key),
-        "value": encode_value(event.value),
-        "event_type": event.event_type,
-        "headers": json.dumps(encode_headers(event.headers), separators=(",", ":")),
+        "value": encode_value(event.value, json_default),
+        "event_type": check_event_type(event.event_type),
+        "headers": json.dumps(headers, separators=(",", ":")),
     }

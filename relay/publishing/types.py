@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from relay.runtime.stamps import read_stamp, stamp
 
-Headers = tuple[tuple[str, bytes], ...]
+Headers = tuple[tuple[str, bytes | None], ...]  # a None value: a null Kafka header
 
 
 @dataclass(frozen=True, slots=True)

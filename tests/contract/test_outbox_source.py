@@ -97,8 +97,10 @@ class PostgresHarness:
         for _ in range(count):
             key = given or self._key_in(partition)
             value, event_type, headers = event_fields(next(self._events))
-            expected.append((key, value, event_type, headers))
-            events.append(relay.Event(TOPIC, key, value, list(headers), event_type))
+            event_id = relay.new_event_id()  # the write API stores it first in the headers
+            stored = (("event-id", str(event_id).encode()), *headers)
+            expected.append((key, value, event_type, stored))
+            events.append(relay.Event(TOPIC, key, value, list(headers), event_type, event_id))
         with self._engine.begin() as conn:
             relay.publish_many(conn, events)
         with self._engine.connect() as conn:

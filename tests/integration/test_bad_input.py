@@ -14,6 +14,7 @@ from confluent_kafka.cimpl import NewTopic
 import relay
 from relay.kafka.publisher import record_headers
 from relay.kafka.topics import single_record_batch_size
+from relay.publishing.events import decode_headers
 from relay.publishing.types import OutboxRecord
 from tests.integration.support import (
     RelayTestEnv,
@@ -30,14 +31,22 @@ LIMIT = 4000
 
 def _resize_to(env: RelayTestEnv, outbox_id: int, target: int) -> None:
     """Give row ``outbox_id`` a value that makes its one-record batch exactly ``target``
-    bytes, headers (outbox id, seq, partition) included."""
+    bytes, headers (outbox id, seq, partition, the event's: its event-id) included."""
     (row,) = env.sql(
-        "SELECT id, partition, position, topic, key FROM outbox_positions WHERE id = :i",
+        "SELECT p.id, p.partition, p.position, p.topic, p.key, o.headers"
+        " FROM outbox_positions p JOIN outbox o USING (id) WHERE p.id = :i",
         i=outbox_id,
     )
     record = OutboxRecord(
-        int(row[0]), int(row[1]), int(row[2]), str(row[3]), bytes(row[4]), b"", None, ()
-    )  # type: ignore[call-overload]
+        int(row[0]),  # type: ignore[call-overload]
+        int(row[1]),  # type: ignore[call-overload]
+        int(row[2]),  # type: ignore[call-overload]
+        str(row[3]),
+        bytes(row[4]),  # type: ignore[call-overload]
+        b"",
+        None,
+        decode_headers(row[5]),
+    )
     headers = record_headers(record)
     length = target - single_record_batch_size(record.key, b"", headers)
     while single_record_batch_size(record.key, b"v" * length, headers) > target:
@@ -112,7 +121,7 @@ def test_missing_topic_keeps_rows_until_it_exists(
 
 MALFORMED_HEADERS = (
     ('[["trace", "!!not base64!!"]]', "not base64"),
-    ('[["trace"]]', "[name, base64 value]"),
+    ('[["trace"]]', "[name, base64 value or null]"),
     ('[["outbox-id", "MQ=="]]', "set by the relay itself"),  # would override ours
     ('[["event-type", "ZXZpbA=="]]', "set by the relay itself"),
 )
