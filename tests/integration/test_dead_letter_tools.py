@@ -50,9 +50,10 @@ def test_an_outbox_row_kafka_refused_is_published_once_after_the_limit_is_raised
 ) -> None:
     topic = make_topic(partitions=2, config={"max.message.bytes": "4000"})
     big = b"y" * 6000
+    event_id = relay.new_event_id()
     events = [
         relay.Event(topic, "k", {"n": 0}),
-        relay.Event(topic, "k", big, {"trace": "abc"}, event_type="Big"),
+        relay.Event(topic, "k", big, {"trace": "abc"}, event_type="Big", event_id=event_id),
         relay.Event(topic, "k2", {"n": 2}),  # of "k" it would follow the dead letter
     ]
     ids = publish_events(relay_env.database_url, events)
@@ -71,6 +72,7 @@ def test_an_outbox_row_kafka_refused_is_published_once_after_the_limit_is_raised
     fields = _fields(one.stdout)
     assert fields["value"] == "y" * 200 + "... (6,000 bytes; --full shows all)"
     assert (fields["header 'trace'"], fields["event type"]) == ("abc", "Big")
+    assert fields["header 'event-id'"] == str(event_id)
     assert (fields["outbox id"], fields["topic"]) == (str(outbox_id), topic)
     assert "y" * 6000 in run_relay(relay_env, "dead-letters", "show", str(dead_id), "--full").stdout
 
@@ -104,6 +106,7 @@ def test_an_outbox_row_kafka_refused_is_published_once_after_the_limit_is_raised
     (again,) = [r for r in consumed if r.outbox_id == new_id]
     assert (again.key, again.value) == (b"k", big)
     assert again.headers["trace"] == b"abc" and again.headers["event-type"] == b"Big"
+    assert again.headers["event-id"] == str(event_id).encode()  # the event's id, kept
     assert again.seq == max(r.seq for r in consumed)
 
 
