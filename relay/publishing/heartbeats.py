@@ -18,8 +18,9 @@ from collections.abc import Sequence
 
 from relay.publishing.types import Settled
 from relay.runtime.heartbeat import Heartbeat
+from relay.settings.relay import HEARTBEAT_INTERVAL
 
-DEFAULT_INTERVAL_S = 5.0
+DEFAULT_INTERVAL_S: float = HEARTBEAT_INTERVAL.default  # the setting's, declared once
 _PENDING_KEPT = 16
 
 

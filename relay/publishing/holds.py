@@ -23,10 +23,11 @@ from relay.errors import DatabaseError, RetriableError, TopicMissingError
 from relay.publishing.ports import OutboxSource, RelayObserver
 from relay.publishing.types import OutboxRecord
 from relay.runtime.clock import Clock
+from relay.settings.relay import MISSING_TOPIC_WAIT
 
 log = logging.getLogger("relay.publishing.partition_relay")
 
-MISSING_TOPIC_WAIT_S = 60.0
+MISSING_TOPIC_WAIT_S: float = MISSING_TOPIC_WAIT.default  # the setting's, declared once
 _UNKNOWN = (-1, "")  # what the database holds about this partition before the first clear
 
 
