@@ -32,6 +32,7 @@ HORIZON_BLOCKERS = text(
     LEFT JOIN pg_prepared_xacts x ON l.virtualtransaction = '-1/' || x.transaction
     WHERE l.locktype = 'advisory' AND l.classid = 2827 AND l.objid = :partition
       AND l.objsubid = 2 AND l.granted
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
     """
 )
 HELD_UP_WARNING_S = 10.0

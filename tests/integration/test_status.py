@@ -158,6 +158,19 @@ def test_a_partition_held_up_by_an_open_transaction_names_the_backend(
     assert _by_partition(_status(relay_env))[3]["held_up"] is False
 
 
+def test_a_writer_in_another_database_of_the_server_holds_up_nothing_here(
+    relay_env: RelayTestEnv, make_database: Callable[[], str]
+) -> None:
+    """Advisory locks are per database: a writer of relay partition 3 of another outbox on
+    the same server (here: the very lock its trigger takes) is not named here."""
+    elsewhere = make_database().replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(elsewhere) as other:
+        other.execute("SELECT pg_advisory_xact_lock_shared(2827, 3)")
+        by = _by_partition(_status(relay_env))
+        assert [by[p]["held_up_by"] for p in sorted(by)] == [[]] * RELAY_PARTITIONS
+        other.rollback()
+
+
 def _run_status(
     env: MirrorEnv, *args: str, without: tuple[str, ...] = (), **extra: str
 ) -> subprocess.CompletedProcess[str]:
