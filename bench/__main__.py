@@ -22,6 +22,7 @@ from collections.abc import Callable
 from contextlib import nullcontext
 
 from . import debezium, drain, latency, mirror, mirrormaker, write_path
+from .caveats import not_meaningful
 from .cluster import SETTINGS, durable_cluster
 from .common import Outcome, Row, endpoints, log, write_latest
 
@@ -117,8 +118,14 @@ def main(argv: list[str] | None = None) -> int:
         for r in rows
     ]
     payload["raw"] = {k: v for o in outcomes.values() for k, v in o.raw.items()}
+    caveats = not_meaningful(payload, os.cpu_count() or 1)
+    payload["not_meaningful"] = caveats
     path = write_latest(payload)
     print(_table(rows))
+    if caveats:
+        print("\nnot meaningful in this run (do not quote):")
+        for key, reason in caveats.items():
+            print(f"  {key}: {reason}")
     print(f"\n{len(rows)} measurements in {payload['seconds']} s; written to {path}")
     return 0
 

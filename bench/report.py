@@ -53,12 +53,19 @@ def main(argv: Sequence[str]) -> int:
         return 2
     runs = [json.loads(Path(p).read_text()) for p in argv]
     print(table(runs))
-    keys = [k for k in runs[0] if k not in ("table", "raw", "machine", "durable_cluster_settings")]
+    keys = [
+        k
+        for k in runs[0]
+        if k not in ("table", "raw", "machine", "durable_cluster_settings", "not_meaningful")
+    ]
     print()
     print("| key | " + " | ".join(f"#{n}" for n in range(1, len(runs) + 1)) + " |")
     print("|---|" + "---|" * len(runs))
     for key in keys:
         print(f"| {key} | " + " | ".join(str(r.get(key, "")) for r in runs) + " |")
+    for n, run in enumerate(runs, 1):
+        for key, reason in dict(run.get("not_meaningful") or {}).items():
+            print(f"\nRun #{n}: {key} is not meaningful: {reason}")
     return 0
 
 
