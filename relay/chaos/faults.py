@@ -34,6 +34,10 @@ from relay.chaos.processes import (
 from relay.errors import FaultSkipped
 from relay.runtime.clock import Clock, wait_until
 
+SPARK_TASK_WAIT_S = 150.0
+"""How long a Spark job started for a fault may take to start a task: a JVM and its Python
+workers start slowly on a machine busy with everything else the run does."""
+
 # Relative frequency once every kind has been injected once; the slow faults (broker
 # restart, Spark start-up, a mirror's session timeout) are rarer.
 WEIGHTS: dict[FaultKind, float] = {
@@ -151,7 +155,7 @@ def _job_at_work(ctx: FaultContext, slot: str) -> ManagedProcess | None:
     ctx.supervisor.start_now(slot)
     job = ctx.running(slot, timeout=60.0)
     shown = Appears(LogReader(job.log_path), marker)
-    if not ctx.wait(lambda: not job.alive or shown(), 90.0):
+    if not ctx.wait(lambda: not job.alive or shown(), SPARK_TASK_WAIT_S):
         raise FaultSkipped(f"{slot} job pid {job.pid} never started a task")
     return job if job.alive else None
 
