@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from urllib.parse import urlsplit
 
 from relay.errors import ConfigurationError, KafkaError
 from relay.kafka.admin import admin_client, check_broker, ensure_positions_topic, topic_partitions
@@ -15,8 +16,9 @@ from relay.postgres.engine import Database
 from relay.postgres.migrations import check_schema
 from relay.postgres.outbox_partitions import relay_partitions, stranded_rows
 from relay.postgres.outbox_source import PostgresOutboxSource
+from relay.publishing.cloudevents import CloudEvents, CloudEventsPublisher
 from relay.publishing.partition_relay import PartitionRelay
-from relay.publishing.ports import RelayObserver
+from relay.publishing.ports import RelayObserver, TransactionalPublisher
 from relay.publishing.types import PositionOwner
 from relay.runtime.clock import Clock
 from relay.runtime.failpoints import Failpoints
@@ -122,10 +124,13 @@ def build_partition_relay(
     observer: RelayObserver | None = None,
 ) -> PartitionRelay:
     """``settings`` and ``owner`` as :func:`for_database` returns them."""
+    publisher: TransactionalPublisher = KafkaTransactionalPublisher(settings, partition, owner)
+    if settings.cloudevents_topics:
+        publisher = CloudEventsPublisher(publisher, cloudevents(settings, database))
     return PartitionRelay(
         partition,
         PostgresOutboxSource(database, settling=bool(settings.heartbeat_topics)),
-        KafkaTransactionalPublisher(settings, partition, owner),
+        publisher,
         owner=owner,
         batch_size=settings.batch_size,
         batch_bytes=settings.batch_bytes,
@@ -139,3 +144,16 @@ def build_partition_relay(
         heartbeat_topics=settings.heartbeat_topics,
         heartbeat_interval_s=settings.heartbeat_interval_s,
     )
+
+
+def cloudevents(settings: RelaySettings, database: Database) -> CloudEvents:
+    """The CloudEvents topics and their ``ce_source``: ``--cloudevents-source``, else the
+    database's URL without user, password or options (``postgresql://host:port/db``)."""
+    source = settings.cloudevents_source
+    if source is None:
+        parts = urlsplit(database.url.reveal())
+        host = parts.hostname or "localhost"
+        where = f"[{host}]" if ":" in host else host
+        port = f":{parts.port}" if parts.port else ""
+        source = f"postgresql://{where}{port}{parts.path or '/'}"
+    return CloudEvents(frozenset(settings.cloudevents_topics), source)

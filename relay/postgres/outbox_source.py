@@ -30,7 +30,7 @@ _FETCH = text(
     WITH markers AS (
       SELECT c.*, sum(c.positions) OVER (ORDER BY c.last_seq) - c.positions AS before
       FROM (
-        SELECT base, txid, first_id, last_id, first_seq, last_seq,
+        SELECT base, txid, first_id, last_id, first_seq, last_seq, committed_at,
                least(last_seq, :up_to) - greatest(first_seq, :after + 1) + 1 AS positions
         FROM outbox_commits
         WHERE partition = :partition AND last_seq > :after AND first_seq <= :up_to
@@ -39,7 +39,8 @@ _FETCH = text(
       ) c
     )
     SELECT o.id, m.base + o.ordinal, o.topic, o.key, o.value, o.event_type, o.headers::text,
-           (extract(epoch FROM o.created_at) * 1000)::int8, least(m.last_seq, :up_to)
+           (extract(epoch FROM o.created_at) * 1000)::int8,
+           (extract(epoch FROM m.committed_at) * 1000)::int8, least(m.last_seq, :up_to)
     FROM markers m
     LEFT JOIN LATERAL (
       SELECT o.id, o.ordinal, o.topic, o.key, o.value, o.event_type, o.headers, o.created_at
@@ -62,7 +63,7 @@ _FETCH = text(
 _FETCH_LEGACY = text(
     """
     SELECT o.id, o.seq, o.topic, o.key, o.value, o.event_type, o.headers::text,
-           (extract(epoch FROM o.created_at) * 1000)::int8, o.seq
+           (extract(epoch FROM o.created_at) * 1000)::int8, NULL::int8, o.seq
     FROM outbox o
     WHERE o.partition = :partition AND o.seq > :after AND o.seq <= :up_to
     ORDER BY o.seq
@@ -207,7 +208,8 @@ class PostgresOutboxSource:
         self, conn: Connection, partition: int, after: int, up_to: int, limit: int
     ) -> list[Row[Any]]:
         """Up to ``limit`` rows, position order: (id, position, topic, key, value,
-        event type, headers JSON, created_at ms, position reached); id None for a marker
+        event type, headers JSON, created_at ms, committed_at ms (None: not known),
+        position reached); id None for a marker
         whose rows are gone."""
         after_id = self._batch_ends.id_at(partition, after) or 0
         params = {
@@ -231,7 +233,8 @@ class PostgresOutboxSource:
         records: list[OutboxRecord] = []
         unreadable: dict[int, str] = {}
         append = records.append
-        for outbox_id, seq, topic, key, value, event_type, headers_json, at_ms, _ in rows:
+        for row in rows:
+            outbox_id, seq, topic, key, value, event_type, headers_json, at_ms, done_ms, _ = row
             if outbox_id is None:
                 continue
             try:
@@ -241,7 +244,16 @@ class PostgresOutboxSource:
                 continue
             append(
                 OutboxRecord(
-                    outbox_id, partition, seq, topic, key, value, event_type, headers, at_ms
+                    outbox_id,
+                    partition,
+                    seq,
+                    topic,
+                    key,
+                    value,
+                    event_type,
+                    headers,
+                    at_ms,
+                    committed_ms=done_ms or 0,
                 )
             )
         if unreadable:

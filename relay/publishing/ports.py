@@ -167,3 +167,36 @@ class NoObserver:
 
     def dead_lettered(self, partition: int, rows: int) -> None:
         pass
+
+
+class PublisherDecorator:
+    """A :class:`TransactionalPublisher` that hands every call to ``inner``: subclasses
+    change what they need (the records sent: relay.publishing.cloudevents; a span per
+    transaction: relay.publishing.traced)."""
+
+    def __init__(self, inner: TransactionalPublisher) -> None:
+        self._inner = inner
+
+    def fence(self) -> CommittedPosition:
+        return self._inner.fence()
+
+    def begin(self) -> None:
+        self._inner.begin()
+
+    def send(self, records: Sequence[OutboxRecord]) -> None:
+        self._inner.send(records)
+
+    def send_heartbeats(self, topics: Sequence[str], heartbeat: Heartbeat) -> None:
+        self._inner.send_heartbeats(topics, heartbeat)
+
+    def commit(self, position: int) -> None:
+        self._inner.commit(position)
+
+    def abort(self) -> None:
+        self._inner.abort()
+
+    def reset(self) -> None:
+        self._inner.reset()
+
+    def close(self) -> None:
+        self._inner.close()

@@ -27,6 +27,9 @@ class OutboxRecord:
     # The id of the first dead letter of the same key, when the row comes after one: the
     # row must follow it to outbox_dead_letters rather than overtake it (I2).
     follows: int | None = None
+    # When the row's transaction committed, in milliseconds since the epoch (its marker's
+    # committed_at, 0015_commit_time); 0: not known (a row sequenced before it).
+    committed_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from relay.settings.spec import (
     names,
     non_empty,
     seconds,
+    uri_reference,
     whole,
 )
 
@@ -178,6 +179,25 @@ FENCE_MEMBERS = Setting(
     "and stall and log errors until this run ends); refused otherwise",
     const=True,
 )
+CLOUDEVENTS_TOPICS = Setting(
+    "cloudevents_topics",
+    "RELAY_CLOUDEVENTS_TOPICS",
+    "--cloudevents-topics",
+    names,
+    (),
+    "publish the records of these topics (a,b) as CloudEvents 1.0 in binary mode: ce_* "
+    "headers added by the relay (ce_time: the commit time); their rows need an event type",
+    metavar="TOPICS",
+)
+CLOUDEVENTS_SOURCE = Setting(
+    "cloudevents_source",
+    "RELAY_CLOUDEVENTS_SOURCE",
+    "--cloudevents-source",
+    uri_reference,
+    help="the ce_source (a URI-reference) of the records of --cloudevents-topics",
+    default_doc="the outbox database's URL without user or password, postgresql://host:port/db",
+    metavar="URI",
+)
 
 RELAY = (
     TRANSACTIONAL_ID_PREFIX,
@@ -195,6 +215,8 @@ RELAY = (
     HEARTBEAT_INTERVAL,
     MISSING_TOPIC_WAIT,
     FENCE_MEMBERS,
+    CLOUDEVENTS_TOPICS,
+    CLOUDEVENTS_SOURCE,
 )
 """The relay's own settings, by field of :class:`RelaySettings`."""
 
@@ -220,6 +242,8 @@ class RelaySettings:
     heartbeat_interval_s: float = HEARTBEAT_INTERVAL.default
     missing_topic_wait_s: float = MISSING_TOPIC_WAIT.default
     fence_members: bool = FENCE_MEMBERS.default
+    cloudevents_topics: tuple[str, ...] = CLOUDEVENTS_TOPICS.default
+    cloudevents_source: str | None = CLOUDEVENTS_SOURCE.default  # None: the database's URL
     metrics_port: int | None = METRICS_PORT.default  # None: no /metrics, /healthz, /readyz
     metrics_host: str = METRICS_HOST.default
 

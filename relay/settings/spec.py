@@ -223,6 +223,15 @@ def non_empty(raw: str) -> str:
     return raw
 
 
+def uri_reference(raw: str) -> str:
+    """A URI-reference (RFC 3986): not empty, no whitespace or control characters."""
+    if not raw:
+        raise Invalid("must not be empty")
+    if any(char.isspace() or not char.isprintable() for char in raw):
+        raise Invalid("must be a URI-reference: no spaces or control characters")
+    return raw
+
+
 def names(raw: str) -> tuple[str, ...]:
     """``a, b`` as ``("a", "b")``."""
     return tuple(part.strip() for part in raw.split(",") if part.strip())
