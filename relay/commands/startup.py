@@ -19,7 +19,9 @@ from relay.postgres.outbox_source import PostgresOutboxSource
 from relay.publishing.cloudevents import CloudEvents, CloudEventsPublisher
 from relay.publishing.partition_relay import PartitionRelay
 from relay.publishing.ports import RelayObserver, TransactionalPublisher
+from relay.publishing.traced import TracedPublisher
 from relay.publishing.types import PositionOwner
+from relay.runtime import tracing
 from relay.runtime.clock import Clock
 from relay.runtime.failpoints import Failpoints
 from relay.runtime.retry import RetryPolicy
@@ -127,6 +129,8 @@ def build_partition_relay(
     publisher: TransactionalPublisher = KafkaTransactionalPublisher(settings, partition, owner)
     if settings.cloudevents_topics:
         publisher = CloudEventsPublisher(publisher, cloudevents(settings, database))
+    if tracing.available():
+        publisher = TracedPublisher(publisher, partition)
     return PartitionRelay(
         partition,
         PostgresOutboxSource(database, settling=bool(settings.heartbeat_topics)),

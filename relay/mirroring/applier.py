@@ -7,6 +7,9 @@ Order of one batch::
     ->  upserts / deletes (version-guarded), dead letters  ->  [mirror_after_apply]
     ->  COMMIT  ->  [mirror_after_commit]
 
+Each record that carries a W3C ``traceparent`` gets an ``apply`` span, a child of it, from
+BEGIN to COMMIT (:mod:`relay.runtime.tracing`).
+
 The offset moves only in the transaction that writes the rows, and only from the value
 this instance read; so a crash at any point, a zombie that lost its partition or a
 duplicate Spark task can neither skip nor apply a record twice (I4, docs/invariants.md).
@@ -20,6 +23,7 @@ from dataclasses import replace
 from relay.mirroring.decode import decode
 from relay.mirroring.ports import MirrorStore
 from relay.mirroring.types import ApplyResult, Batch, KafkaRecord, ResolvedTable, TopicIdentity
+from relay.runtime import tracing
 from relay.runtime.failpoints import FailpointHook, Failpoints
 
 
@@ -57,9 +61,19 @@ class Applier:
         DatabaseError) with nothing applied."""
         partition = batch.partition
         self._failpoints.hit("mirror_before_apply", partition)
-        result = self._store.apply(
-            batch, before_commit=lambda: self._failpoints.hit("mirror_after_apply", partition)
+        spans = tracing.start_apply_spans(
+            tracing.Applied(r.topic, r.partition, r.offset, r.headers)
+            for r in (item.record for item in batch.items)
+            if tracing.has_trace(r.headers)
         )
+        try:
+            result = self._store.apply(
+                batch, before_commit=lambda: self._failpoints.hit("mirror_after_apply", partition)
+            )
+        except Exception as exc:
+            spans.end(f"not applied: {exc}")
+            raise
+        spans.end()
         self._failpoints.hit("mirror_after_commit", partition)
         skipped = tuple(
             (item.record.offset, item.skipped_tombstone)

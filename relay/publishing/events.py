@@ -18,6 +18,7 @@ from typing import Any
 from relay.errors import InvalidEventError
 from relay.publishing.event_ids import new_event_id
 from relay.publishing.json_values import JsonDefault, to_json
+from relay.runtime.tracing import TRACE_HEADERS, trace_headers
 
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 EVENT_TYPE_MAX = 255  # characters
@@ -192,7 +193,8 @@ def outbox_rows(
 
 def outbox_row(event: Event, json_default: JsonDefault | None = None) -> dict[str, Any]:
     """One event as the INSERT's parameters: ``headers`` is the column's JSON text, its
-    first header the event id."""
+    first header the event id; then the event's own, then the current span's W3C
+    ``traceparent``/``tracestate`` (:mod:`relay.runtime.tracing`) unless it gave its own."""
     if not isinstance(event.topic, str) or not TOPIC_NAME.match(event.topic):
         raise InvalidEventError(
             f"invalid Kafka topic name {event.topic!r}: use 1-249 of [A-Za-z0-9._-]"
@@ -203,7 +205,12 @@ def outbox_row(event: Event, json_default: JsonDefault | None = None) -> dict[st
             f"event_id must be a uuid.UUID or None, not {type(event_id).__name__}"
         )
     encoded_id = base64.b64encode(str(event_id).encode("ascii")).decode("ascii")
-    headers = [[EVENT_ID_HEADER, encoded_id], *encode_headers(event.headers)]
+    headers: list[list[str | None]] = [[EVENT_ID_HEADER, encoded_id]]
+    headers += encode_headers(event.headers)
+    if (traced := trace_headers()) and not any(pair[0] in TRACE_HEADERS for pair in headers):
+        headers += [
+            [name, base64.b64encode(value.encode()).decode("ascii")] for name, value in traced
+        ]
     return {
         "topic": event.topic,
         "key": encode_key(event.key),
