@@ -41,6 +41,7 @@ from relay.publishing.events import (
     HeadersLike,
     KeyLike,
     decode_headers,
+    encode_headers,
     outbox_row,
 )
 from relay.publishing.json_values import JsonDefault
@@ -61,6 +62,9 @@ class RecordedEvent:
     bind: object
     # Sent as the event-id header; left out of comparisons (each run makes new ones).
     event_id: uuid.UUID | None = field(default=None, compare=False)
+    # The current span's traceparent/tracestate, which the write API adds after the
+    # event's own headers (relay.runtime.tracing); left out of comparisons too.
+    trace_headers: tuple[tuple[str, bytes | None], ...] = field(default=(), compare=False)
 
     def json(self) -> Any:
         """The value decoded as JSON (what a dict or list value was encoded as)."""
@@ -85,8 +89,8 @@ class RecordingOutbox:
         self, bind: object, events: Iterable[Event], *, json_default: JsonDefault | None = None
     ) -> int:
         """Like :func:`relay.publish_many`: every event is checked before any is recorded."""
-        rows = [outbox_row(event, json_default) for event in events]
-        self.events.extend(_recorded(row, bind) for row in rows)
+        rows = [(outbox_row(event, json_default), event.headers) for event in events]
+        self.events.extend(_recorded(row, bind, len(encode_headers(own))) for row, own in rows)
         return len(rows)
 
     async def publish_many_async(
@@ -126,18 +130,20 @@ class RecordingOutbox:
         )
 
 
-def _recorded(row: dict[str, Any], bind: object) -> RecordedEvent:
-    """The INSERT's parameters as a recorded event: the event id (the first header, which
-    the write API adds) apart from the event's own headers."""
+def _recorded(row: dict[str, Any], bind: object, own: int) -> RecordedEvent:
+    """The INSERT's parameters as a recorded event: the event id (the first header) and
+    the trace headers (after the event's ``own`` headers), which the write API adds, apart
+    from the event's own headers."""
     (_, event_id), *headers = decode_headers(json.loads(row["headers"]))
     return RecordedEvent(
         row["topic"],
         row["key"],
         row["value"],
-        tuple(headers),
+        tuple(headers[:own]),
         row["event_type"],
         bind,
         uuid.UUID((event_id or b"").decode("ascii")),
+        tuple(headers[own:]),
     )
 
 

@@ -15,11 +15,13 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+import relay
 from relay.publishing.events import Event, decode_headers, outbox_row
 from relay.publishing.partition_relay import PartitionRelay
 from relay.publishing.traced import TracedPublisher
 from relay.publishing.types import OutboxRecord
 from relay.runtime import tracing
+from relay.testing import capture_events
 from tests.fakes.publishing import OWNER, FakeClock, MemoryKafka, MemoryOutbox
 from tests.otel import recorded_spans
 
@@ -140,3 +142,23 @@ def test_nothing_breaks_and_nothing_is_added_without_an_sdk_or_the_api(without: 
     found = json.loads(result.stdout)
     assert found["available"] is (without == "no-sdk")
     assert [name for name, _ in found["headers"]] == ["event-id"]
+
+
+def test_recorded_events_keep_the_trace_headers_apart_from_their_own(
+    spans: InMemorySpanExporter,
+) -> None:
+    """relay.testing: a service's test that runs inside a span compares events as
+    without one; the trace headers the write API adds are there to look at."""
+    session = object()
+    with capture_events() as outbox:
+        relay.publish(session, "t", "k", {}, {"mine": "1"})
+        with trace.get_tracer("shop").start_as_current_span("service") as span:
+            relay.publish(session, "t", "k", {}, {"mine": "1"})
+    plain, traced = outbox.events
+    assert traced == plain
+    assert traced.headers == (("mine", b"1"),)
+    assert plain.trace_headers == ()
+    context = span.get_span_context()
+    ((name, value),) = traced.trace_headers
+    assert name == "traceparent"
+    assert value is not None and f"{context.span_id:016x}" in value.decode()
