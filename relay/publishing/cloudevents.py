@@ -28,9 +28,10 @@ outbox row stays what the service wrote.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from dataclasses import replace
+from functools import lru_cache
 
 from relay.errors import UndeliverableEventError
 from relay.publishing.events import EVENT_ID_HEADER
@@ -44,10 +45,19 @@ PREFIX = "ce_"
 NO_TYPE = "a CloudEvents topic's event needs an event type (ce_type): this row has none"
 
 
+@lru_cache(maxsize=256)  # the rows of one transaction share their commit time
 def rfc3339(millis: int) -> bytes:
     """``millis`` since the epoch as an RFC 3339 UTC time with milliseconds."""
-    moment = datetime.fromtimestamp(millis / 1000, UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.").encode() + b"%03dZ" % (millis % 1000)
+    t = time.gmtime(millis // 1000)
+    return b"%04d-%02d-%02dT%02d:%02d:%02d.%03dZ" % (
+        t.tm_year,
+        t.tm_mon,
+        t.tm_mday,
+        t.tm_hour,
+        t.tm_min,
+        t.tm_sec,
+        millis % 1000,
+    )
 
 
 def _event_id(record: OutboxRecord) -> bytes:
@@ -57,12 +67,19 @@ def _event_id(record: OutboxRecord) -> bytes:
     return b"outbox-%d" % record.id
 
 
-@dataclass(frozen=True, slots=True)
+def _is_attribute(name: str) -> bool:
+    return name.startswith(PREFIX) or name == CONTENT_TYPE
+
+
 class CloudEvents:
     """The topics whose records are CloudEvents, and the ``ce_source`` they carry."""
 
-    topics: frozenset[str]
-    source: str
+    __slots__ = ("_source", "source", "topics")
+
+    def __init__(self, topics: frozenset[str], source: str) -> None:
+        self.topics = topics
+        self.source = source
+        self._source = (("ce_source", source.encode()),)
 
     def applies(self, topic: str) -> bool:
         return topic in self.topics
@@ -70,25 +87,40 @@ class CloudEvents:
     def headers(self, record: OutboxRecord) -> Headers | None:
         """The headers ``record`` is published with: its own and the attributes it lacks.
         None when it cannot be a CloudEvent (no event type)."""
+        own = record.headers
+        if any(_is_attribute(name) for name, _ in own):
+            return self._merged(record)
+        if record.event_type is None:
+            return None
+        added: Headers = (
+            ("ce_specversion", SPEC_VERSION),
+            ("ce_id", _event_id(record)),
+            *self._source,
+            ("ce_type", record.event_type.encode()),
+        )
+        if record.committed_ms > 0:
+            added += (("ce_time", rfc3339(record.committed_ms)),)
+        if record.value is not None:
+            added += ((CONTENT_TYPE, JSON_CONTENT_TYPE),)
+        return own + added
+
+    def _merged(self, record: OutboxRecord) -> Headers | None:
+        """:meth:`headers` of a record that brings attributes of its own: those stay."""
         own = {name for name, _ in record.headers}
-        added: list[tuple[str, bytes | None]] = []
-
-        def add(attribute: str, value: bytes) -> None:
-            if attribute not in own:
-                added.append((attribute, value))
-
         if record.event_type is None and "ce_type" not in own:
             return None
-        add("ce_specversion", SPEC_VERSION)
-        add("ce_id", _event_id(record))
-        add("ce_source", self.source.encode())
+        wanted: list[tuple[str, bytes | None]] = [
+            ("ce_specversion", SPEC_VERSION),
+            ("ce_id", _event_id(record)),
+            *self._source,
+        ]
         if record.event_type is not None:
-            add("ce_type", record.event_type.encode())
+            wanted.append(("ce_type", record.event_type.encode()))
         if record.committed_ms > 0:
-            add("ce_time", rfc3339(record.committed_ms))
+            wanted.append(("ce_time", rfc3339(record.committed_ms)))
         if record.value is not None:
-            add(CONTENT_TYPE, JSON_CONTENT_TYPE)
-        return (*record.headers, *added)
+            wanted.append((CONTENT_TYPE, JSON_CONTENT_TYPE))
+        return (*record.headers, *((n, v) for n, v in wanted if n not in own))
 
 
 class CloudEventsPublisher(PublisherDecorator):
