@@ -73,7 +73,7 @@ class Applier:
         except Exception as exc:
             spans.end(f"not applied: {exc}")
             raise
-        spans.end()
+        spans.end(failed={dead.record.offset: dead.error for dead in result.dead_letters})
         self._failpoints.hit("mirror_after_commit", partition)
         skipped = tuple(
             (item.record.offset, item.skipped_tombstone)

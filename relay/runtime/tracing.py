@@ -9,7 +9,8 @@ nothing more).
   events of many traces, so it is no child of any of them.
 * The mirror records, for each applied record that carries a ``traceparent``, an ``apply``
   span (CONSUMER) that is a child of it (:func:`start_apply_spans`): the record is applied
-  on its own trace, so the service's trace shows its event reaching the table.
+  on its own trace, so the service's trace shows its event reaching the table (or, status
+  ERROR with the reason, its dead letter).
 
 Spans go to the global tracer provider, which the process configures (the SDK, an
 exporter): with none, or without the API installed, every function here does nothing.
@@ -19,7 +20,7 @@ Attributes follow the OpenTelemetry semantic conventions for messaging.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -92,18 +93,26 @@ def has_trace(headers: KafkaHeaders) -> bool:
 
 @dataclass(slots=True)
 class OpenSpans:
-    """Spans started together and ended together (:meth:`end`)."""
+    """Spans started together and ended together (:meth:`end`); ``keys`` name them (the
+    offsets of the records of apply spans)."""
 
     spans: Sequence[Span] = ()
+    keys: Sequence[int] = ()
 
-    def end(self, error: str | None = None) -> None:
+    def end(self, error: str | None = None, failed: Mapping[int, str] | None = None) -> None:
+        """End every span: with status ERROR and ``error`` when given, else those whose
+        key ``failed`` names with their own reason."""
         if not self.spans:
             return
         trace, _ = _api()
         now = time.time_ns()
-        for span in self.spans:
-            if error is not None:
-                span.set_status(trace.Status(trace.StatusCode.ERROR, error))
+        reasons = failed or {}
+        for index, span in enumerate(self.spans):
+            reason = error
+            if reason is None and self.keys:
+                reason = reasons.get(self.keys[index])
+            if reason is not None:
+                span.set_status(trace.Status(trace.StatusCode.ERROR, reason))
             span.end(end_time=now)
 
 
@@ -163,7 +172,7 @@ def start_apply_spans(records: Iterable[Applied], group: str | None = None) -> O
     trace, _ = _api()
     tracer = _tracer()
     now = time.time_ns()
-    spans = []
+    spans, offsets = [], []
     for record in traced:
         context = _context(record.headers)
         if context is None:
@@ -187,4 +196,5 @@ def start_apply_spans(records: Iterable[Applied], group: str | None = None) -> O
                 start_time=now,
             )
         )
-    return OpenSpans(spans)
+        offsets.append(record.offset)
+    return OpenSpans(spans, offsets)

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,12 +17,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 import relay
+from relay.mirroring.applier import Applier
 from relay.publishing.events import Event, decode_headers, outbox_row
 from relay.publishing.partition_relay import PartitionRelay
 from relay.publishing.traced import TracedPublisher
 from relay.publishing.types import OutboxRecord
 from relay.runtime import tracing
 from relay.testing import capture_events
+from tests.fakes.mirroring import MemoryStore, items_table, record
 from tests.fakes.publishing import OWNER, FakeClock, MemoryKafka, MemoryOutbox
 from tests.otel import recorded_spans
 
@@ -162,3 +165,21 @@ def test_recorded_events_keep_the_trace_headers_apart_from_their_own(
     ((name, value),) = traced.trace_headers
     assert name == "traceparent"
     assert value is not None and f"{context.span_id:016x}" in value.decode()
+
+
+def test_a_dead_lettered_records_apply_span_says_why(spans: InMemorySpanExporter) -> None:
+    with trace.get_tracer("shop").start_as_current_span("service"):
+        traced = tuple((n, v.encode()) for n, v in tracing.trace_headers())
+    good = replace(record(0, 1, "lamp"), headers=traced)
+    bad = replace(record(1, 2, "x"), value=b"{not json", headers=traced)
+    applier = Applier([items_table()], MemoryStore())
+    result = applier.apply(applier.batch("t", 0, None, 2, [good, bad]))
+    assert result.applied == 1 and len(result.dead_letters) == 1
+    applied = {
+        s.attributes["messaging.kafka.offset"]: s
+        for s in spans.get_finished_spans()[1:]
+        if s.attributes
+    }
+    assert applied[0].status.status_code is StatusCode.UNSET
+    assert applied[1].status.status_code is StatusCode.ERROR
+    assert applied[1].status.description == result.dead_letters[0].error
