@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from functools import lru_cache
 
 from relay.errors import UndeliverableEventError
@@ -65,6 +64,23 @@ def _event_id(record: OutboxRecord) -> bytes:
         if name == EVENT_ID_HEADER and value:
             return value
     return b"outbox-%d" % record.id
+
+
+def _with_headers(r: OutboxRecord, headers: Headers) -> OutboxRecord:
+    """``replace(r, headers=headers)`` in half its time."""
+    return OutboxRecord(
+        r.id,
+        r.partition,
+        r.seq,
+        r.topic,
+        r.key,
+        r.value,
+        r.event_type,
+        headers,
+        r.timestamp_ms,
+        r.follows,
+        r.committed_ms,
+    )
 
 
 def _is_attribute(name: str) -> bool:
@@ -142,7 +158,7 @@ class CloudEventsPublisher(PublisherDecorator):
             elif (found := headers(record)) is None:
                 refused.append(record.id)
             else:
-                sent.append(replace(record, headers=found))
+                sent.append(_with_headers(record, found))
         if refused:
             raise UndeliverableEventError(
                 f"outbox rows {refused} of CloudEvents topics cannot be published: {NO_TYPE}",

@@ -4,6 +4,7 @@ CloudEvents (dead letters, through PartitionRelay), other topics untouched."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -135,3 +136,16 @@ def test_the_settings_take_topics_and_a_uri_reference_source() -> None:
                 "RELAY_CLOUDEVENTS_SOURCE": "not a uri",
             }
         )
+
+
+def test_a_published_record_is_the_row_with_its_headers_only() -> None:
+    """Every other field of the record stays (the copy is made field by field)."""
+    kafka = MemoryKafka()
+    publisher = CloudEventsPublisher(kafka.publisher(0), EVENTS)
+    publisher.fence()
+    publisher.begin()
+    original = replace(row(5), follows=3)
+    publisher.send([original])
+    publisher.commit(5)
+    (sent,) = kafka.committed
+    assert sent == replace(original, headers=EVENTS.headers(original))
