@@ -28,7 +28,7 @@ class OutboxRecord:
     # row must follow it to outbox_dead_letters rather than overtake it (I2).
     follows: int | None = None
     # When the row's transaction committed, in milliseconds since the epoch (its marker's
-    # committed_at, 0015_commit_time); 0: not known (a row sequenced before it).
+    # committed_at, 0013_commit_time); 0: not known (a row sequenced before it).
     committed_ms: int = 0
 
 

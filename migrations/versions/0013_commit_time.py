@@ -1,6 +1,6 @@
 """The commit time of each outbox transaction: ``outbox_commits.committed_at``.
 
-Revision ID: 0015_commit_time
+Revision ID: 0013_commit_time
 Revises: 0012_mirror_dead_letter_time
 Create Date: 2026-11-26
 
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0015_commit_time"
+revision: str = "0013_commit_time"
 down_revision: str | None = "0012_mirror_dead_letter_time"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
