@@ -43,8 +43,29 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
         "topics (its committed source offsets, translated), then exit; with --yes, commit "
         "them for GROUP on the target cluster",
     )
+    env_flag(
+        mode,
+        "--reset-recreated-topic",
+        env="RELAY_REPLICATE_RESET_RECREATED_TOPIC",
+        shown="",
+        metavar="TOPIC",
+        help="copy source topic TOPIC, deleted and created again, from its new first offset: "
+        "print the positions that move, then exit; with --yes, move them",
+    )
+    env_flag(
+        mode,
+        "--restore-positions",
+        env="RELAY_REPLICATE_RESTORE_POSITIONS",
+        default=False,
+        action="store_true",
+        help="set each partition's position from its last copy on the target (after the "
+        "group's offsets were deleted, expired or moved): print them, then exit; with "
+        "--yes, commit them",
+    )
     add_yes_flag(
-        parser, "with --translate-group: commit the offsets (without: show them, change nothing)"
+        parser,
+        "with --translate-group, --reset-recreated-topic or --restore-positions: change "
+        "them (without: show them, change nothing)",
     )
     add_progress_flag(parser)
     add_summary_flag(parser)
@@ -63,6 +84,8 @@ def _replicate(args: argparse.Namespace) -> int:
     settings = replicate_settings_from_args(args)
     if args.translate_group:
         return _translate_group(settings, args.translate_group, yes=args.yes)
+    if args.reset_recreated_topic or args.restore_positions:
+        return _positions(settings, args.reset_recreated_topic, yes=args.yes)
     log.info("starting replicate: %s", settings.describe())
     progress = Progress() if args.once else None
     metrics = None if progress is None else ReplicaProgressMetrics(progress)
@@ -75,6 +98,21 @@ def _replicate(args: argparse.Namespace) -> int:
     ):
         summary = service.run(once=args.once)
     print(describe_summary(summary, None if metrics is None else metrics.offsets_skipped))
+    return 0
+
+
+def _positions(settings: ReplicateSettings, recreated: str | None, *, yes: bool) -> int:
+    from relay.commands import replicate_positions
+
+    if recreated:
+        change = replicate_positions.reset_recreated_topic(settings, recreated, yes=yes)
+    else:
+        change = replicate_positions.restore_positions(settings, yes=yes)
+    print("\n".join(change.lines))
+    if change.changes and not yes:
+        raise ConfirmationRequiredError("nothing changed: run it again with --yes to commit them")
+    if change.done:
+        print(f"committed {change.changes} positions on the target cluster")
     return 0
 
 

@@ -18,12 +18,13 @@ from functools import partial
 
 from relay.commands.groups import replicate_settings
 from relay.errors import RelayError, RetriableError
+from relay.kafka.replica_copies import KafkaTopicIds
 from relay.kafka.replica_reader import KafkaSourceReader, last_stable_offsets
 from relay.kafka.replica_topics import ReplicatedTopic, TopicPlanner
 from relay.kafka.replica_writer import KafkaReplicaWriter
 from relay.replication.partition_replicator import PartitionReplicator
-from relay.replication.ports import ReplicaObserver
-from relay.replication.types import Origin, ReplicaResult, Route
+from relay.replication.ports import ReplicaObserver, TopicIds
+from relay.replication.types import Origin, PositionStamp, ReplicaResult, Route
 from relay.runtime.activity import ActivityLog
 from relay.runtime.clock import Clock, SystemClock
 from relay.runtime.failpoints import Failpoints
@@ -44,6 +45,8 @@ class ReplicaTask:
     max_message_bytes: int
     group: str  # on the target: the positions (the default resolved by the plan)
     end_offset: int | None = None  # copy up to here (--once, Spark); None: follow
+    cluster_id: str | None = None  # the source cluster's id, in the positions' stamps
+    compression: str = "lz4"  # the target producer's compression.type
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +54,8 @@ class ReplicationPlan:
     source_alias: str
     topics: tuple[ReplicatedTopic, ...]
     group: str  # the replicator's group: as given, or the default (relay.commands.groups)
+    cluster_id: str | None = None  # the source cluster's
+    compression: str = "source"  # --target-compression
 
     def tasks(self) -> list[ReplicaTask]:
         return [
@@ -59,6 +64,8 @@ class ReplicationPlan:
                 self.source_alias,
                 t.max_message_bytes,
                 self.group,
+                cluster_id=self.cluster_id,
+                compression=t.compression(self.compression),
             )
             for t in self.topics
             for p in range(t.partitions)
@@ -72,8 +79,14 @@ def plan_replication(settings: ReplicateSettings, *, strict: bool = True) -> Rep
         TopicPlanner(settings).check_clusters()
     settings = replicate_settings(settings, announce=strict)
     planner = TopicPlanner(settings)
-    alias = settings.source_alias or planner.cluster_ids()[0]
-    return ReplicationPlan(alias, tuple(planner.plan(strict=strict)), settings.group)
+    cluster_id = planner.cluster_ids()[0]
+    return ReplicationPlan(
+        settings.source_alias or cluster_id,
+        tuple(planner.plan(strict=strict)),
+        settings.group,
+        cluster_id,
+        settings.target_compression,
+    )
 
 
 def build_partition_replicator(
@@ -83,11 +96,15 @@ def build_partition_replicator(
     retry: RetryPolicy,
     clock: Clock | None = None,
     observer: ReplicaObserver | None = None,
+    ids: TopicIds | None = None,
 ) -> PartitionReplicator:
     origin = Origin(task.source_alias, task.route.topic)
     reader = KafkaSourceReader(settings, task.route)
     try:
-        writer = KafkaReplicaWriter(settings, task.route, origin, task.max_message_bytes)
+        writer = KafkaReplicaWriter(
+            settings, task.route, origin, task.max_message_bytes, task.compression
+        )
+        ids = ids or KafkaTopicIds(settings, clock)
     except RelayError:
         reader.close()
         raise
@@ -103,6 +120,8 @@ def build_partition_replicator(
         clock=clock,
         failpoints=Failpoints.from_env(),
         observer=observer,
+        ids=ids,
+        owner=PositionStamp(origin, task.cluster_id, prefix=settings.prefix),
     )
 
 
@@ -151,6 +170,7 @@ class ReplicateService:
         self._clock = clock or SystemClock()
         self.metrics = metrics or ReplicaMetrics()
         self.stop_event = threading.Event()
+        self._ids: KafkaTopicIds | None = None  # shared by the partitions (built once)
         # Each batch is logged at DEBUG; at INFO, what was copied every so often.
         self._activity = ActivityLog(
             log, "copied", "records", "offsets", every_s=summary_every_s, clock=self._clock
@@ -159,6 +179,7 @@ class ReplicateService:
     def run(self, once: bool) -> RunSummary[ReplicaResult]:
         plan = plan_replication(self._settings)
         self._settings = self._settings.with_group(plan.group)
+        self._ids = KafkaTopicIds(self._settings, self._clock)
         self.metrics.started(partial(last_stable_offsets, self._settings))
         if not plan.topics:
             log.warning("no source topic matches %s yet", self._settings.selection.describe())
@@ -193,7 +214,12 @@ class ReplicateService:
     def _build(self, task: ReplicaTask, retry: RetryPolicy) -> PartitionReplicator:
         self.metrics.expect(task.route.topic, task.route.partition)
         return build_partition_replicator(
-            self._settings, task, retry=retry, clock=self._clock, observer=self.metrics
+            self._settings,
+            task,
+            retry=retry,
+            clock=self._clock,
+            observer=self.metrics,
+            ids=self._ids,
         )
 
     def _drain(self, replicator: PartitionReplicator, task: ReplicaTask) -> ReplicaResult:

@@ -53,6 +53,15 @@ class ReplicatedTopic:
     partitions: int  # the source's partition count
     max_message_bytes: int  # the largest record the target topic is made to take
     configs: tuple[tuple[str, str], ...] = ()  # what a created target topic was given
+    codec: str = "producer"  # the source topic's compression.type
+
+    def compression(self, setting: str) -> str:
+        """The target producer's compression.type for ``--target-compression``: a codec,
+        or ``source``: the source topic's, lz4 where it keeps the producers' codec (a
+        record may fit the source only compressed, and the copy must fit too)."""
+        if setting != "source":
+            return setting
+        return {"producer": "lz4", "uncompressed": "none"}.get(self.codec, self.codec)
 
 
 class TopicPlanner:
@@ -106,8 +115,8 @@ class TopicPlanner:
                     f"{topic}: the source and the target are the same cluster; give the "
                     "copies other names (--target-prefix)"
                 )
-            copied, max_bytes = configs[topic]
-            item = ReplicatedTopic(topic, target_topic, source[topic], max_bytes, copied)
+            copied, max_bytes, codec = configs[topic]
+            item = ReplicatedTopic(topic, target_topic, source[topic], max_bytes, copied, codec)
             self._fit(item, target.get(target_topic))
             planned.append(item)
         return planned
@@ -123,9 +132,11 @@ class TopicPlanner:
             if meta.error is None
         }
 
-    def _configs(self, topics: list[str]) -> dict[str, tuple[tuple[tuple[str, str], ...], int]]:
-        """Per source topic: the copied settings it sets, and the largest record the
-        target must take."""
+    def _configs(
+        self, topics: list[str]
+    ) -> dict[str, tuple[tuple[tuple[str, str], ...], int, str]]:
+        """Per source topic: the copied settings it sets, the largest record the target
+        must take, and its compression.type."""
         resources = [ConfigResource(ResourceType.TOPIC, t) for t in topics]
         futures = self._source.describe_configs(resources, request_timeout=self._timeout)
         found = {}
@@ -141,7 +152,12 @@ class TopicPlanner:
             )
             limit = entries.get("max.message.bytes")
             max_bytes = int(limit.value) if limit is not None else _DEFAULT_MAX_MESSAGE_BYTES
-            found[resource.name] = (copied, max_bytes + HEADER_HEADROOM)
+            codec = entries.get("compression.type")
+            found[resource.name] = (
+                copied,
+                max_bytes + HEADER_HEADROOM,
+                "producer" if codec is None else str(codec.value),
+            )
         return found
 
     def _fit(self, item: ReplicatedTopic, existing: int | None) -> None:

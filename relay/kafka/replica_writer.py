@@ -19,13 +19,17 @@ from confluent_kafka import KafkaError as LibKafkaError
 
 from relay.errors import KafkaError
 from relay.kafka.errors import RECORD_REFUSED, lib_error
+from relay.kafka.replica_copies import last_copy, stable_end
 from relay.kafka.transactions import PRODUCER_DEFAULTS, TransactionalProducer
 from relay.replication.types import (
+    NO_POSITION,
     SOURCE_CLUSTER_HEADER,
     SOURCE_OFFSET_HEADER,
     SOURCE_PARTITION_HEADER,
     SOURCE_TOPIC_HEADER,
+    LastCopy,
     Origin,
+    PositionStamp,
     ReplicaPosition,
     Route,
     SourceRecord,
@@ -34,6 +38,7 @@ from relay.runtime.logs import LIBRDKAFKA_LOGGER
 from relay.settings.replicate import ReplicateSettings
 
 _librdkafka_log = logging.getLogger(LIBRDKAFKA_LOGGER)
+_LARGEST_REQUEST = 1_000_000_000  # librdkafka's largest message.max.bytes
 
 
 def target_positions_consumer(settings: ReplicateSettings) -> Consumer:
@@ -59,10 +64,11 @@ class KafkaReplicaWriter(TransactionalProducer):
         route: Route,
         origin: Origin,
         max_message_bytes: int | None = None,
+        compression: str = "none",
     ) -> None:
         self._settings = settings
         self._route = route
-        self._stamp = origin.stamp()
+        self._compression = compression
         self._provenance = (
             (SOURCE_CLUSTER_HEADER, origin.cluster.encode()),
             (SOURCE_TOPIC_HEADER, route.topic.encode()),
@@ -90,8 +96,13 @@ class KafkaReplicaWriter(TransactionalProducer):
             "enable.idempotence": True,
             "acks": "all",
             "transaction.timeout.ms": settings.target.transaction_timeout_ms,
+            "compression.type": self._compression,  # --target-compression
         }
-        if self._max_message_bytes is not None:
+        if self._compression != "none" and "message.max.bytes" not in config:
+            # librdkafka checks each record before compression; the broker checks the
+            # compressed batch against the topic's max.message.bytes: that is the limit.
+            config["message.max.bytes"] = _LARGEST_REQUEST
+        elif self._max_message_bytes is not None:
             # Larger source records than librdkafka's default limit (1 MB) must go through.
             config["message.max.bytes"] = max(
                 int(config.get("message.max.bytes", 1_000_000)), self._max_message_bytes
@@ -101,8 +112,14 @@ class KafkaReplicaWriter(TransactionalProducer):
     def fence(self) -> ReplicaPosition:
         found = self._read_committed(self._tp)
         if found.offset < 0:
-            return ReplicaPosition(0)
-        return ReplicaPosition(found.offset, Origin.from_stamp(found.metadata))
+            return NO_POSITION
+        return ReplicaPosition(found.offset, PositionStamp.from_text(found.metadata))
+
+    def last_copy(self, since: int) -> LastCopy | None:
+        return last_copy(self._settings, self._tp, since)
+
+    def stable_end(self) -> int:
+        return stable_end(self._settings, self._tp)
 
     def send(self, records: Sequence[SourceRecord]) -> None:
         produce, on_delivery = self._producer.produce, self._on_delivery
@@ -135,15 +152,16 @@ class KafkaReplicaWriter(TransactionalProducer):
         if err is not None and err.code() in RECORD_REFUSED:
             return KafkaError(
                 f"{self._where}: the target refuses the record at source offset {offset}: "
-                f"{err.str()}; raise the target topic's max.message.bytes (and "
+                f"{err.str()}; compress it (--target-compression: the source's codec by "
+                "default) or raise the target topic's max.message.bytes (and "
                 "message.max.bytes with --target-property), then start again",
                 code=err.name(),
             )
         return self._translate(exc, "producing")
 
-    def commit(self, next_offset: int) -> None:
+    def commit(self, next_offset: int, stamp: PositionStamp) -> None:
         self._commit_offset(
-            TopicPartition(self._tp.topic, self._tp.partition, next_offset, metadata=self._stamp)
+            TopicPartition(self._tp.topic, self._tp.partition, next_offset, metadata=stamp.text())
         )
 
     def _refused_delivery(self, err: LibKafkaError) -> Exception | None:

@@ -4,13 +4,16 @@ Spark job drive.
 Start-up::
 
     fence (take the target partition's transactional id over)  ->  read the position
-    (the next source offset) committed on the target  ->  refuse it if another source
-    committed it or it lies beyond the source partition's end  ->  seek the source there
+    (the next source offset) committed on the target  ->  refuse it unless it is this
+    source's and agrees with the target's last copy (relay.replication.position_check)
+    ->  seek the source there
 
 Order of one batch (one transaction on the target cluster)::
 
-    read committed source records from the position  ->  begin  ->  send their copies
-    ->  commit(copies + the position after the last one)  ->  position = last offset + 1
+    read committed source records from the position  ->  check that both topics are
+    still those of the position  ->  begin  ->  send their copies  ->  commit(copies +
+    the position after the last one)  ->  position = last offset + 1; a fatal error
+    aborts the open transaction before it is raised
 
 The position lives only on the target cluster, committed atomically with the copies, and
 it is read only after fencing; so a crash at any point, a re-run task or a second
@@ -31,17 +34,26 @@ from relay.errors import (
     GaveUpError,
     ProducerFencedError,
     RelayError,
-    ReplicaPositionError,
     RetriableError,
     TransactionTimedOutError,
 )
 from relay.replication.ports import (
     NoReplicaObserver,
+    NoTopicIds,
     ReplicaObserver,
     ReplicaWriter,
     SourceReader,
+    TopicIds,
 )
-from relay.replication.types import Origin, ReplicaBatch, ReplicaResult, Route, SourceRecord
+from relay.replication.position_check import checked_start, same_topics
+from relay.replication.types import (
+    Origin,
+    PositionStamp,
+    ReplicaBatch,
+    ReplicaResult,
+    Route,
+    SourceRecord,
+)
 from relay.runtime.batch_limits import BatchLimits
 from relay.runtime.clock import Clock, SystemClock
 from relay.runtime.failpoints import NO_FAILPOINTS, FailpointHook
@@ -72,11 +84,17 @@ class PartitionReplicator:
         clock: Clock | None = None,
         failpoints: FailpointHook | None = None,
         observer: ReplicaObserver | None = None,
+        ids: TopicIds | None = None,
+        owner: PositionStamp | None = None,
     ) -> None:
         self.route = route
         self._reader = reader
         self._writer = writer
         self._origin = origin
+        self._ids = ids or NoTopicIds()
+        self._owner = owner or PositionStamp(origin)  # its cluster id and prefix
+        self._stamp = self._owner  # what commits write (start() adds the topic ids)
+        self._read_at = 0.0  # when the records in _read were read
         self._limits = BatchLimits(batch_size, batch_bytes, transaction_timeout_s)
         self._retry = retry or RetryPolicy()
         self._clock = clock or SystemClock()
@@ -95,25 +113,20 @@ class PartitionReplicator:
         return self._next
 
     def start(self) -> int:
-        """Fence previous instances, learn the committed position, check it, seek there."""
+        """Fence previous instances, learn the committed position, check it (against its
+        stamp, the source's end and the target's last copy), seek there."""
         committed = self._writer.fence()
-        if committed.origin is not None and committed.origin != self._origin:
-            raise ReplicaPositionError(
-                f"{self.route}: the position of {self.route.target_topic}"
-                f"[{self.route.partition}] on the target was committed for source "
-                f"{committed.origin.cluster!r} topic {committed.origin.topic!r}, this one "
-                f"copies {self._origin.cluster!r} topic {self._origin.topic!r}; give each "
-                "source its own target topics (--target-prefix) or its own --group"
-            )
-        end = self._reader.end_offset()
-        if committed.next_offset > end:
-            raise ReplicaPositionError(
-                f"{self.route}: the target holds position {committed.next_offset}, beyond "
-                f"the source partition's end ({end}): the source topic was deleted and "
-                "created again, or this is another cluster; nothing was copied "
-                "(docs/replication.md, 'A position beyond the source')"
-            )
-        self._next = committed.next_offset
+        now = self._clock.monotonic()
+        mine = PositionStamp(
+            self._origin,
+            self._owner.cluster_id,
+            self._ids.source(self.route.topic, now),
+            self._ids.target(self.route.target_topic, now),
+            self._owner.prefix,
+        )
+        self._next, self._stamp = checked_start(
+            self.route, committed, mine, self._writer.last_copy, self._reader.end_offset()
+        )
         self._read.clear()
         self._reader.seek(self._next)
         self._committed_at = self._clock.monotonic()
@@ -193,6 +206,7 @@ class PartitionReplicator:
             if up_to is not None and self._reader.position() >= up_to:
                 return []  # read up to the end: no need to wait for more
             self._read = list(self._reader.read(self._limits.rows, wait_s))
+            self._read_at = self._clock.monotonic()
         records = list(self._limits.take(self._read))
         if up_to is not None and records and records[-1].offset >= up_to:
             records = [r for r in records if r.offset < up_to]
@@ -208,6 +222,9 @@ class PartitionReplicator:
                 read_up_to = max(self.next_offset, self._reader.position())
                 self._observer.running(self.route.topic, self.route.partition, read_up_to)
             return None
+        if not same_topics(self.route, self._stamp, self._ids, self._read_at):
+            self._restart()  # the target topic was created again: read the position again
+            return None
         next_offset = records[-1].offset + 1
         self._writer.begin()
         opened = self._clock.monotonic()
@@ -215,15 +232,18 @@ class PartitionReplicator:
             self._writer.send(records)
             self._failpoints.hit("after_produce", self.route.partition)
             self._failpoints.hit("before_commit", self.route.partition)
-            self._writer.commit(next_offset)
+            self._writer.commit(next_offset, self._stamp)
+        except ProducerFencedError as exc:
+            raise self._fenced(exc, records, self._clock.monotonic() - opened) from None
         except RetriableError as exc:
             try:
                 self._failed(exc)
             except ProducerFencedError as fenced:
                 raise self._fenced(fenced, records, self._clock.monotonic() - opened) from exc
             raise
-        except ProducerFencedError as exc:
-            raise self._fenced(exc, records, self._clock.monotonic() - opened) from None
+        except BaseException:
+            self._abort_quietly()  # a fatal error: leave no transaction open behind
+            raise
         del self._read[: len(records)]
         self._next = next_offset
         self._committed_at = self._clock.monotonic()
@@ -238,6 +258,12 @@ class PartitionReplicator:
         self._observer.running(self.route.topic, self.route.partition, next_offset)
         self._failpoints.hit("after_commit", self.route.partition)
         return ReplicaBatch(len(records), records[0].offset, next_offset)
+
+    def _abort_quietly(self) -> None:
+        try:
+            self._writer.abort()
+        except Exception as exc:  # the error that brought us here is the one to report
+            log.warning("%s: aborting the open transaction failed: %s", self.route, exc)
 
     def _failed(self, exc: RetriableError) -> None:
         """Abort after ``exc`` (not when the outcome is unknown); restart before the next
@@ -276,7 +302,7 @@ class PartitionReplicator:
                 self._restart()
             self._writer.begin()
             try:
-                self._writer.commit(self.next_offset)
+                self._writer.commit(self.next_offset, self._stamp)
             except RetriableError as exc:
                 self._failed(exc)
                 raise

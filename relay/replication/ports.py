@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from relay.replication.types import ReplicaPosition, SourceRecord
+from relay.replication.types import LastCopy, PositionStamp, ReplicaPosition, SourceRecord
 
 
 class SourceReader(Protocol):
@@ -54,9 +54,20 @@ class ReplicaWriter(Protocol):
         key, value, headers and timestamp, plus the provenance headers."""
         ...
 
-    def commit(self, next_offset: int) -> None:
-        """Commit the open transaction with the position ``next_offset`` (stamped with the
-        origin). Raises as :meth:`relay.publishing.ports.TransactionalPublisher.commit`."""
+    def commit(self, next_offset: int, stamp: PositionStamp) -> None:
+        """Commit the open transaction with the position ``next_offset`` and its ``stamp``
+        (the offset's metadata). Raises as
+        :meth:`relay.publishing.ports.TransactionalPublisher.commit`."""
+        ...
+
+    def last_copy(self, since: int) -> LastCopy | None:
+        """The last committed copy in the target partition at target offset ``since`` or
+        later (read ``read_committed`` back from the partition's last stable offset);
+        None when there is none."""
+        ...
+
+    def stable_end(self) -> int:
+        """The target partition's last stable offset now."""
         ...
 
     def abort(self) -> None: ...
@@ -67,6 +78,30 @@ class ReplicaWriter(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class TopicIds(Protocol):
+    """The ids of the source and target topics (a topic deleted and created again under
+    the same name gets a new one), as described at or after a moment."""
+
+    def source(self, topic: str, since: float) -> str | None:
+        """The source topic's id, described at or after monotonic time ``since`` (None:
+        ids unknown, nothing is checked)."""
+        ...
+
+    def target(self, topic: str, since: float) -> str | None:
+        """The target topic's id, described at or after monotonic time ``since``."""
+        ...
+
+
+class NoTopicIds:
+    """Topic ids nobody knows: nothing is checked (tests of other things)."""
+
+    def source(self, topic: str, since: float) -> str | None:
+        return None
+
+    def target(self, topic: str, since: float) -> str | None:
+        return None
 
 
 class ReplicaObserver(Protocol):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from relay.runtime.stamps import read_stamp, stamp
+from relay.runtime.stamps import read_fields, read_stamp, stamp
 
 Headers = tuple[tuple[str, bytes | None], ...]
 
@@ -64,12 +64,81 @@ class Origin:
 
 
 @dataclass(frozen=True, slots=True)
+class PositionStamp:
+    """What a position's metadata says of it: its :class:`Origin`, and (since these were
+    recorded) the source cluster's id and topic id it counts offsets of, the target
+    topic id its copies went to, the transactional-id prefix of the replicators that
+    commit it, and ``since``: the first target offset of copies of this source topic id
+    (the copies below it are of a topic deleted since). None: not recorded."""
+
+    origin: Origin
+    cluster_id: str | None = None
+    topic_id: str | None = None
+    target_id: str | None = None
+    prefix: str | None = None
+    since: int = 0
+
+    def text(self) -> str:
+        fields = {
+            "cluster": self.origin.cluster,
+            "topic": self.origin.topic,
+            "cluster_id": self.cluster_id,
+            "topic_id": self.topic_id,
+            "target_id": self.target_id,
+            "prefix": self.prefix,
+            "since": str(self.since) if self.since else None,
+        }
+        return stamp(**{k: v for k, v in fields.items() if v is not None})
+
+    @classmethod
+    def from_text(cls, text: str | None) -> PositionStamp | None:
+        origin = Origin.from_stamp(text)
+        if origin is None:
+            return None
+        found = read_fields(text)
+        since = found.get("since", "0")
+        return cls(
+            origin,
+            found.get("cluster_id"),
+            found.get("topic_id"),
+            found.get("target_id"),
+            found.get("prefix"),
+            int(since) if since.isdigit() else 0,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicaPosition:
     """A replicated partition's position as the target cluster holds it: the next source
-    offset to copy (0 when nothing was copied) and whose it is (None: no position)."""
+    offset to copy (0 when nothing was copied), whose it is (None: not stamped) and
+    whether there is one at all (``exists``: False when the group has none)."""
 
     next_offset: int
-    origin: Origin | None = None
+    stamp: PositionStamp | None = None
+    exists: bool = True
+
+    @property
+    def origin(self) -> Origin | None:
+        return None if self.stamp is None else self.stamp.origin
+
+
+NO_POSITION = ReplicaPosition(0, None, exists=False)
+
+
+@dataclass(frozen=True, slots=True)
+class LastCopy:
+    """The last committed copy in a target partition (at or after a stamp's ``since``):
+    its target offset and the source it names in its provenance headers."""
+
+    target_offset: int
+    cluster: str
+    topic: str
+    source_offset: int
+
+    @property
+    def floor(self) -> int:
+        """The position the copies say: the source offset after the last one copied."""
+        return self.source_offset + 1
 
 
 @dataclass(frozen=True, slots=True)

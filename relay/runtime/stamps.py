@@ -26,3 +26,16 @@ def read_stamp(text: str | None, names: Sequence[str]) -> tuple[str, ...] | None
     values = [found.get(name) for name in names]
     strings = tuple(value for value in values if isinstance(value, str))
     return strings if len(strings) == len(names) else None
+
+
+def read_fields(text: str | None) -> dict[str, str]:
+    """Every string field of a stamp (empty when ``text`` is not a stamp)."""
+    if not text:
+        return {}
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return {}
+    if not isinstance(found, dict):
+        return {}
+    return {str(k): v for k, v in found.items() if isinstance(v, str)}

@@ -31,6 +31,7 @@ from relay.settings.spec import (
     Given,
     Invalid,
     Setting,
+    choice,
     describe,
     names,
     non_empty,
@@ -94,6 +95,8 @@ SELECTION = (TOPICS, TOPIC_PATTERN, TARGET_PREFIX)
 LEGACY_GROUP = "relay-replicate"
 """The fixed default group of earlier versions: kept where it holds positions."""
 SOURCE_GROUP = "relay-replicate-<the source cluster's id>"
+TARGET_CODECS = ("source", "none", "gzip", "snappy", "lz4", "zstd")
+"""``--target-compression``: a codec, or ``source`` (follow the source topic's)."""
 
 REPLICATE = (
     Setting(
@@ -188,6 +191,17 @@ REPLICATE = (
         "offsets.retention.minutes",
         metavar="SECONDS",
     ),
+    Setting(
+        "target_compression",
+        "RELAY_REPLICATE_TARGET_COMPRESSION",
+        "--target-compression",
+        choice(*TARGET_CODECS),
+        "source",
+        "the target producer's compression.type; source: the source topic's "
+        "compression.type, lz4 where that is 'producer' (a record may fit the source only "
+        "compressed)",
+        metavar="CODEC",
+    ),
 )
 """The replicator's own settings, by field of :class:`ReplicateSettings`."""
 _DEFAULTS = {setting.name: setting.default for setting in REPLICATE}
@@ -233,6 +247,7 @@ class ReplicateSettings:
     replication_factor: int | None = _DEFAULTS["replication_factor"]  # None: broker's
     retry_attempts: int = _DEFAULTS["retry_attempts"]
     position_refresh_s: float = _DEFAULTS["position_refresh_s"]
+    target_compression: str = _DEFAULTS["target_compression"]
     metrics_port: int | None = METRICS_PORT.default
     metrics_host: str = METRICS_HOST.default
 

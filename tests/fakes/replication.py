@@ -6,7 +6,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from relay.errors import AmbiguousCommitError, ProducerFencedError, RetriableError
-from relay.replication.types import Origin, ReplicaPosition, Route, SourceRecord
+from relay.replication.types import (
+    NO_POSITION,
+    LastCopy,
+    Origin,
+    PositionStamp,
+    ReplicaPosition,
+    Route,
+    SourceRecord,
+)
 from tests.fakes.publishing import FakeClock
 
 ROUTE = Route("orders", 0, "dr.orders")
@@ -68,7 +76,7 @@ class MemoryTarget:
     producer epochs for fencing."""
 
     copies: list[SourceRecord] = field(default_factory=list)
-    position: ReplicaPosition = field(default_factory=lambda: ReplicaPosition(0))
+    position: ReplicaPosition = NO_POSITION
     epoch: int = 0
     fail_next_commits: int = 0
     fail_next_fences: int = 0  # the broker does not answer the position's read
@@ -81,8 +89,11 @@ class MemoryTarget:
     send_seconds: float = 0.0
     commits: int = 0
 
+    last_writer: MemoryWriter | None = None
+
     def writer(self, origin: Origin = ORIGIN) -> MemoryWriter:
-        return MemoryWriter(self, origin)
+        self.last_writer = MemoryWriter(self, origin)
+        return self.last_writer
 
 
 @dataclass
@@ -94,7 +105,9 @@ class MemoryWriter:
     fenced: bool = False
     stuck: bool = False
     resets: int = 0
+    aborts: int = 0
     began: float = 0.0
+    stamp: PositionStamp | None = None
 
     def fence(self) -> ReplicaPosition:
         if self.target.fail_next_fences:
@@ -120,7 +133,8 @@ class MemoryWriter:
         if self.target.clock is not None:
             self.target.clock.now += self.target.send_seconds * len(records)
 
-    def commit(self, next_offset: int) -> None:
+    def commit(self, next_offset: int, stamp: PositionStamp) -> None:
+        self.stamp = stamp
         target = self.target
         clock, timeout = target.clock, target.transaction_timeout_s
         if clock is not None and timeout is not None and clock.now - self.began >= timeout:
@@ -142,10 +156,20 @@ class MemoryWriter:
         assert self.pending is not None
         self.target.copies.extend(self.pending)
         self.target.commits += 1
-        self.target.position = ReplicaPosition(next_offset, self.origin)
+        self.target.position = ReplicaPosition(next_offset, self.stamp)
         self.pending = None
 
+    def last_copy(self, since: int) -> LastCopy | None:
+        copies = self.target.copies
+        if len(copies) <= since:
+            return None
+        return LastCopy(len(copies) - 1, self.origin.cluster, ROUTE.topic, copies[-1].offset)
+
+    def stable_end(self) -> int:
+        return len(self.target.copies)
+
     def abort(self) -> None:
+        self.aborts += 1
         if self.fenced or self.target.epoch != self.epoch:
             self.fenced = True
             raise ProducerFencedError("fenced")

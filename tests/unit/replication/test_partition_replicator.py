@@ -12,7 +12,7 @@ from relay.errors import (
     ReplicaPositionError,
 )
 from relay.replication.partition_replicator import PartitionReplicator
-from relay.replication.types import Origin, ReplicaPosition
+from relay.replication.types import Origin, PositionStamp, ReplicaPosition
 from relay.runtime.retry import RetryPolicy
 from tests.fakes.publishing import FakeClock
 from tests.fakes.replication import ORIGIN, ROUTE, MemorySource, MemoryTarget, source_log
@@ -42,7 +42,7 @@ def test_drain_copies_committed_records_in_order_with_the_position() -> None:
     assert values(target) == [b"a", b"b", b"c", b"d"]
     assert [r.offset for r in target.copies] == [0, 1, 4, 6]
     # The position is the offset after the last copy; only a marker is left below the end.
-    assert target.position == ReplicaPosition(7, ORIGIN)
+    assert target.position == ReplicaPosition(7, PositionStamp(ORIGIN))
     assert (result.records, result.batches, result.next_offset) == (4, 2, 7)
 
 
@@ -106,14 +106,14 @@ def test_gives_up_after_the_retry_policy_allows() -> None:
 
 def test_a_position_of_another_source_is_refused() -> None:
     source = MemorySource(source_log(b"a"))
-    target = MemoryTarget(position=ReplicaPosition(1, Origin("west", "orders")))
+    target = MemoryTarget(position=ReplicaPosition(1, PositionStamp(Origin("west", "orders"))))
     with pytest.raises(ReplicaPositionError, match="'west'"):
         make(source, target).start()
 
 
 def test_a_position_beyond_the_source_end_is_refused() -> None:
     source = MemorySource(source_log(b"a"))  # e.g. the topic was deleted and created again
-    target = MemoryTarget(position=ReplicaPosition(50, ORIGIN))
+    target = MemoryTarget(position=ReplicaPosition(50, PositionStamp(ORIGIN)))
     with pytest.raises(ReplicaPositionError, match="beyond the source partition's end"):
         make(source, target).start()
     assert values(target) == []

@@ -1,0 +1,151 @@
+"""What the target cluster itself says of a replicated partition: its last committed copy
+(the floor a position must match, relay.replication.position_check), its last stable
+offset, and the topic ids of both sides (:class:`relay.replication.ports.TopicIds`)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaError as LibKafkaError
+
+from relay.errors import RetriableError
+from relay.kafka.admin import admin_client, describe_topics
+from relay.kafka.errors import translate
+from relay.replication.types import (
+    SOURCE_CLUSTER_HEADER,
+    SOURCE_OFFSET_HEADER,
+    SOURCE_TOPIC_HEADER,
+    LastCopy,
+)
+from relay.runtime.clock import Clock, SystemClock
+from relay.settings.replicate import ReplicateSettings
+
+_FIRST_STEP = 64  # records read back from the end at first; each further step x4
+
+
+def _copies_consumer(settings: ReplicateSettings) -> Consumer:
+    return Consumer(
+        {
+            **settings.target.client_config(),
+            "group.id": f"{settings.group}.copies",  # never joins, never commits
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+        }
+    )
+
+
+def stable_end(settings: ReplicateSettings, tp: TopicPartition) -> int:
+    """The target partition's last stable offset."""
+    consumer = _copies_consumer(settings)
+    try:
+        return int(_watermarks(consumer, tp, settings.target.request_timeout_s)[1])
+    finally:
+        consumer.close()
+
+
+def _watermarks(consumer: Consumer, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+    try:
+        low, high = consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
+    except KafkaException as exc:
+        raise translate(exc, f"reading the offsets of {tp.topic}[{tp.partition}]") from None
+    return int(low), int(high)
+
+
+def last_copy(settings: ReplicateSettings, tp: TopicPartition, since: int) -> LastCopy | None:
+    """The last committed record of ``tp`` at offset ``since`` or later that carries a
+    ``relay-source-offset`` header: read back from the last stable offset, a few records
+    first, then four times as many each step."""
+    timeout = settings.target.request_timeout_s
+    consumer = _copies_consumer(settings)
+    try:
+        low, end = _watermarks(consumer, tp, timeout)
+        first, step = max(low, since), _FIRST_STEP
+        while end > first:
+            begin = max(first, end - step)
+            found = _last_in(consumer, tp, begin, end, timeout)
+            if found is not None:
+                return found
+            end, step = begin, step * 4
+        return None
+    finally:
+        consumer.close()
+
+
+def _last_in(
+    consumer: Consumer, tp: TopicPartition, begin: int, end: int, timeout: float
+) -> LastCopy | None:
+    """The last copy in offsets ``[begin, end)``."""
+    consumer.assign([TopicPartition(tp.topic, tp.partition, begin)])
+    found: LastCopy | None = None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            messages = consumer.consume(500, 0.5)
+        except KafkaException as exc:
+            raise translate(exc, f"reading {tp.topic}[{tp.partition}]") from None
+        for message in messages:
+            err = message.error()
+            if err is not None:
+                if err.code() == LibKafkaError._PARTITION_EOF:
+                    return found
+                raise RetriableError(f"reading {tp.topic}[{tp.partition}] failed: {err.str()}")
+            offset = message.offset() or 0
+            if offset >= end:
+                return found
+            headers = {str(pair[0]): _text(pair[1]) for pair in message.headers() or []}
+            source = headers.get(SOURCE_OFFSET_HEADER, "")
+            if source.isdigit():
+                found = LastCopy(
+                    offset,
+                    headers.get(SOURCE_CLUSTER_HEADER, ""),
+                    headers.get(SOURCE_TOPIC_HEADER, ""),
+                    int(source),
+                )
+    raise RetriableError(
+        f"reading {tp.topic}[{tp.partition}] from offset {begin} to {end} took over {timeout} s"
+    )
+
+
+def _text(value: str | bytes | None) -> str:
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return value or ""
+
+
+class KafkaTopicIds:
+    """Implements :class:`relay.replication.ports.TopicIds`: one AdminClient per cluster,
+    shared by the partitions of a run; a description made at or after the moment asked
+    for is reused."""
+
+    def __init__(self, settings: ReplicateSettings, clock: Clock | None = None) -> None:
+        self._clusters = {
+            "source": (admin_client(settings.source), settings.source.request_timeout_s),
+            "target": (admin_client(settings.target), settings.target.request_timeout_s),
+        }
+        self._clock = clock or SystemClock()
+        self._seen: dict[tuple[str, str], tuple[str, float]] = {}
+        self._lock = threading.Lock()
+
+    def source(self, topic: str, since: float) -> str | None:
+        return self._id("source", topic, since)
+
+    def target(self, topic: str, since: float) -> str | None:
+        return self._id("target", topic, since)
+
+    def _id(self, side: str, topic: str, since: float) -> str:
+        with self._lock:
+            seen = self._seen.get((side, topic))
+        if seen is not None and seen[1] >= since:
+            return seen[0]
+        at = self._clock.monotonic()  # before asking: the answer is at least this recent
+        admin, timeout = self._clusters[side]
+        identity = describe_topics(admin, [topic], timeout)[topic]
+        if identity is None:
+            raise RetriableError(f"{side} topic {topic} does not exist (deleted?)")
+        with self._lock:
+            self._seen[(side, topic)] = (identity.topic_id, at)
+        return identity.topic_id

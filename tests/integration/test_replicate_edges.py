@@ -1,0 +1,277 @@
+"""`relay replicate` at the edges, on the two dev clusters: a source topic created again, the
+group's positions deleted or moved, two transactional-id prefixes on one group, a target
+topic created again, a record that fits only compressed, a fatal error mid-transaction
+(docs/replication.md, "When the positions do not fit")."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka._model import ConsumerGroupTopicPartitions
+from confluent_kafka.admin import AdminClient
+
+from relay.devenv.topics import create_topic
+from relay.replication.partition_replicator import READY
+from relay.runtime.failpoints import ENV_VAR as FAILPOINTS
+from tests.integration.replicate_support import (
+    ReplicaEnv,
+    assert_replica,
+    new_group,
+    read_log,
+    write_transactions,
+)
+from tests.integration.support import wait_until
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def replica(bootstrap_servers: str, target_bootstrap_servers: str) -> ReplicaEnv:
+    return ReplicaEnv(bootstrap_servers, target_bootstrap_servers, new_group())
+
+
+def _recreate(admin: AdminClient, topic: str, partitions: int = 1) -> None:
+    """Delete ``topic`` and create it again (a new topic id, offsets from 0)."""
+    admin.delete_topics([topic], operation_timeout=30)[topic].result(30)
+    wait_until(lambda: topic not in admin.list_topics(timeout=10).topics, 60, f"{topic} deleted")
+
+    def created() -> bool:
+        try:
+            create_topic(admin, topic, partitions)
+        except Exception:  # still being deleted: try again
+            return False
+        return True
+
+    wait_until(created, 60, f"{topic} created again")
+
+
+def _last_line(stderr: str) -> str:
+    return stderr.strip().splitlines()[-1]
+
+
+def test_a_recreated_source_topic_is_refused_until_reset(
+    replica: ReplicaEnv, make_topic: Callable[..., str], kafka_admin: AdminClient
+) -> None:
+    topic = make_topic("edge-recreate", partitions=1)
+    n = write_transactions(replica.source, topic, 2, 10, abort_every=0)
+    args = ("--once", "--topics", topic, "--target-prefix", "rc.")
+    assert replica.run(*args).returncode == 0  # position 21: after the 20th record
+    old = read_log(replica.target, f"rc.{topic}", 1)[0]
+    _recreate(kafka_admin, topic)
+    write_transactions(replica.source, topic, 3, 10, abort_every=0, first=n)  # end 33 > 22
+    refused = replica.run(*args)
+    assert refused.returncode == 2, refused.stderr
+    last = _last_line(refused.stderr)
+    assert f"source topic {topic} was deleted and created again" in last
+    assert f"relay replicate --reset-recreated-topic {topic}" in last
+    assert read_log(replica.target, f"rc.{topic}", 1)[0] == old  # nothing copied
+    shown = replica.run(
+        "--topics", topic, "--target-prefix", "rc.", "--reset-recreated-topic", topic
+    )
+    assert shown.returncode == 2, shown.stderr
+    assert f"{topic}[0]: offset 21 of topic id" in shown.stdout
+    done = replica.run(
+        "--topics", topic, "--target-prefix", "rc.", "--reset-recreated-topic", topic, "--yes"
+    )
+    assert done.returncode == 0, done.stderr
+    again = replica.run(*args)
+    assert again.returncode == 0, again.stderr
+    copies = read_log(replica.target, f"rc.{topic}", 1)[0]
+    assert copies[: len(old)] == old
+    assert_replica(read_log(replica.source, topic, 1), {0: copies[len(old) :]})
+
+
+def test_a_source_topic_recreated_while_the_replicator_is_paused_is_refused(
+    replica: ReplicaEnv, make_topic: Callable[..., str], kafka_admin: AdminClient, tmp_path: Path
+) -> None:
+    topic = make_topic("edge-paused", partitions=1)
+    n = write_transactions(replica.source, topic, 2, 10, abort_every=0)
+    log = tmp_path / "replicate.log"
+    process = replica.start(
+        "--topics", topic, "--target-prefix", "rp.", "--max-wait", "0.05", log=log
+    )
+    try:
+        wait_until(
+            lambda: len(read_log(replica.target, f"rp.{topic}", 1)[0]) == 20,
+            60,
+            "the first records copied",
+            log.read_text,
+        )
+        process.send_signal(signal.SIGSTOP)
+        _recreate(kafka_admin, topic)
+        write_transactions(replica.source, topic, 4, 10, abort_every=0, first=n)
+        process.send_signal(signal.SIGCONT)
+        assert process.wait(90) == 2, log.read_text()
+        assert f"source topic {topic} was deleted and created again" in log.read_text()
+        assert len(read_log(replica.target, f"rp.{topic}", 1)[0]) == 20
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_a_deleted_group_is_refused_and_restored_from_the_copies(
+    replica: ReplicaEnv, make_topic: Callable[..., str], target_kafka_admin: AdminClient
+) -> None:
+    topic = make_topic("edge-group", partitions=2)
+    n = write_transactions(replica.source, topic, 8, 10)
+    args = ("--once", "--topics", topic, "--target-prefix", "g.")
+    assert replica.run(*args).returncode == 0
+    target_kafka_admin.delete_consumer_groups([replica.group])[replica.group].result(30)
+    before = read_log(replica.target, f"g.{topic}", 2)
+    refused = replica.run(*args)
+    assert refused.returncode == 2, refused.stderr
+    assert "relay replicate --restore-positions" in _last_line(refused.stderr)
+    assert read_log(replica.target, f"g.{topic}", 2) == before
+    restore = ("--topics", topic, "--target-prefix", "g.", "--restore-positions")
+    shown = replica.run(*restore)
+    assert shown.returncode == 2, shown.stderr
+    assert f"{topic}[0]: no position -> " in shown.stdout
+    assert replica.run(*restore, "--yes").returncode == 0
+    write_transactions(replica.source, topic, 4, 10, first=n)
+    again = replica.run(*args)
+    assert again.returncode == 0, again.stderr
+    assert_replica(read_log(replica.source, topic, 2), read_log(replica.target, f"g.{topic}", 2))
+
+
+def test_a_group_reset_to_the_targets_end_is_refused(
+    replica: ReplicaEnv, make_topic: Callable[..., str], target_kafka_admin: AdminClient
+) -> None:
+    topic = make_topic("edge-latest", partitions=1)
+    # Aborted transactions: the target's offsets fall behind the source's.
+    n = write_transactions(replica.source, topic, 8, 10, abort_every=2)
+    args = ("--once", "--topics", topic, "--target-prefix", "l.")
+    assert replica.run(*args).returncode == 0
+    watermarks = Consumer({"bootstrap.servers": replica.target, "group.id": "it-edge"})
+    try:
+        end = watermarks.get_watermark_offsets(TopicPartition(f"l.{topic}", 0), timeout=30)[1]
+    finally:
+        watermarks.close()
+    moved = ConsumerGroupTopicPartitions(replica.group, [TopicPartition(f"l.{topic}", 0, end)])
+    target_kafka_admin.alter_consumer_group_offsets([moved])[replica.group].result(30)
+    write_transactions(replica.source, topic, 2, 10, abort_every=0, first=n)
+    refused = replica.run(*args)
+    assert refused.returncode == 2, refused.stderr
+    assert "relay replicate --restore-positions" in _last_line(refused.stderr)
+    assert (
+        replica.run(
+            "--topics", topic, "--target-prefix", "l.", "--restore-positions", "--yes"
+        ).returncode
+        == 0
+    )
+    assert replica.run(*args).returncode == 0
+    assert_replica(read_log(replica.source, topic, 1), read_log(replica.target, f"l.{topic}", 1))
+
+
+def test_another_transactional_id_prefix_on_the_same_group_is_refused(
+    replica: ReplicaEnv, make_topic: Callable[..., str]
+) -> None:
+    topic = make_topic("edge-prefix", partitions=1)
+    write_transactions(replica.source, topic, 2, 5, abort_every=0)
+    args = ("--once", "--topics", topic, "--target-prefix", "p.")
+    first = replica.run(*args, "--transactional-id-prefix", "dr-a")
+    assert first.returncode == 0, first.stderr
+    other = replica.run(*args, "--transactional-id-prefix", "dr-b")
+    assert other.returncode == 2, other.stderr
+    last = _last_line(other.stderr)
+    assert "transactional-id prefix 'dr-a', this one has 'dr-b'" in last
+
+
+def test_a_target_topic_recreated_while_running_is_copied_again_from_the_start(
+    replica: ReplicaEnv,
+    make_topic: Callable[..., str],
+    target_kafka_admin: AdminClient,
+    tmp_path: Path,
+) -> None:
+    topic = make_topic("edge-target", partitions=1)
+    n = write_transactions(replica.source, topic, 2, 10, abort_every=0)
+    log = tmp_path / "replicate.log"
+    args = ("--topics", topic, "--target-prefix", "t.", "--max-wait", "0.05")
+    process = replica.start(*args, "--topic-refresh", "1", log=log)
+    try:
+        wait_until(
+            lambda: len(read_log(replica.target, f"t.{topic}", 1)[0]) == 20,
+            60,
+            "the first records copied",
+            log.read_text,
+        )
+        process.send_signal(signal.SIGSTOP)
+        _recreate(target_kafka_admin, f"t.{topic}")
+        write_transactions(replica.source, topic, 2, 10, abort_every=0, first=n)
+        process.send_signal(signal.SIGCONT)
+        wait_until(
+            lambda: len(read_log(replica.target, f"t.{topic}", 1)[0]) >= 40,
+            90,
+            "every source record copied to the new target topic",
+            log.read_text,
+        )
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0, log.read_text()
+        assert log.read_text().count(f"{READY}; copying from offset 0") == 2
+        assert_replica(
+            read_log(replica.source, topic, 1), read_log(replica.target, f"t.{topic}", 1)
+        )
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_a_record_that_fits_the_source_compressed_is_copied_compressed(
+    replica: ReplicaEnv, make_topic: Callable[..., str]
+) -> None:
+    topic = make_topic("edge-lz4", partitions=1)
+    producer = Producer(
+        {
+            "bootstrap.servers": replica.source,
+            "compression.type": "lz4",
+            "message.max.bytes": 4_000_000,
+        }
+    )
+    big = b"compressible " * 200_000  # 2.6 MB, some KB once compressed: above 1 MB
+    producer.produce(topic, big, b"k")
+    assert producer.flush(30) == 0
+    done = replica.run("--once", "--topics", topic, "--target-prefix", "z.")
+    assert done.returncode == 0, done.stderr
+    assert [r.value for r in read_log(replica.target, f"z.{topic}", 1)[0]] == [big]
+
+
+def test_a_fatal_error_inside_a_transaction_aborts_it_before_the_exit(
+    replica: ReplicaEnv, make_topic: Callable[..., str]
+) -> None:
+    topic = make_topic("edge-abort", partitions=1)
+    write_transactions(replica.source, topic, 2, 10, abort_every=0)
+    failed = replica.run(
+        "--once",
+        "--topics",
+        topic,
+        "--target-prefix",
+        "a.",
+        # A long transaction timeout: an open transaction would hold the target's last
+        # stable offset back for minutes.
+        "--transaction-timeout-ms",
+        "600000",
+        **{FAILPOINTS: "before_commit=raise"},
+    )
+    assert failed.returncode == 1, failed.stderr
+    committed, uncommitted = (
+        Consumer({"bootstrap.servers": replica.target, "group.id": "it-edge", "isolation.level": i})
+        for i in ("read_committed", "read_uncommitted")
+    )
+    try:
+        tp = TopicPartition(f"a.{topic}", 0)
+
+        def settled() -> bool:
+            # No open transaction: the last stable offset is the high watermark.
+            stable = committed.get_watermark_offsets(tp, timeout=10, cached=False)[1]
+            return bool(stable == uncommitted.get_watermark_offsets(tp, 10, cached=False)[1])
+
+        wait_until(settled, 15, "the open transaction aborted", lambda: failed.stderr)
+    finally:
+        committed.close()
+        uncommitted.close()
+    assert read_log(replica.target, f"a.{topic}", 1)[0] == []
