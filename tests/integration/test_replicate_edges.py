@@ -6,6 +6,7 @@ topic created again, a record that fits only compressed, a fatal error mid-trans
 from __future__ import annotations
 
 import signal
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -47,6 +48,30 @@ def _recreate(admin: AdminClient, topic: str, partitions: int = 1) -> None:
         return True
 
     wait_until(created, 60, f"{topic} created again")
+
+
+def _paused_after_copying(
+    replica: ReplicaEnv, topic: str, prefix: str, log: Path
+) -> subprocess.Popen[str]:
+    """A continuous replicator of ``topic`` (20 records), stopped (SIGSTOP) once it
+    copied them."""
+    process = replica.start(
+        "--topics", topic, "--target-prefix", prefix, "--max-wait", "0.05",
+        "--topic-refresh", "1", log=log,
+    )  # fmt: skip
+    try:
+        wait_until(
+            lambda: len(read_log(replica.target, f"{prefix}{topic}", 1)[0]) == 20,
+            60,
+            "the first records copied",
+            log.read_text,
+        )
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+    process.send_signal(signal.SIGSTOP)
+    return process
 
 
 def _last_line(stderr: str) -> str:
@@ -91,17 +116,8 @@ def test_a_source_topic_recreated_while_the_replicator_is_paused_is_refused(
     topic = make_topic("edge-paused", partitions=1)
     n = write_transactions(replica.source, topic, 2, 10, abort_every=0)
     log = tmp_path / "replicate.log"
-    process = replica.start(
-        "--topics", topic, "--target-prefix", "rp.", "--max-wait", "0.05", log=log
-    )
+    process = _paused_after_copying(replica, topic, "rp.", log)
     try:
-        wait_until(
-            lambda: len(read_log(replica.target, f"rp.{topic}", 1)[0]) == 20,
-            60,
-            "the first records copied",
-            log.read_text,
-        )
-        process.send_signal(signal.SIGSTOP)
         _recreate(kafka_admin, topic)
         write_transactions(replica.source, topic, 4, 10, abort_every=0, first=n)
         process.send_signal(signal.SIGCONT)
@@ -190,16 +206,8 @@ def test_a_target_topic_recreated_while_running_is_copied_again_from_the_start(
     topic = make_topic("edge-target", partitions=1)
     n = write_transactions(replica.source, topic, 2, 10, abort_every=0)
     log = tmp_path / "replicate.log"
-    args = ("--topics", topic, "--target-prefix", "t.", "--max-wait", "0.05")
-    process = replica.start(*args, "--topic-refresh", "1", log=log)
+    process = _paused_after_copying(replica, topic, "t.", log)
     try:
-        wait_until(
-            lambda: len(read_log(replica.target, f"t.{topic}", 1)[0]) == 20,
-            60,
-            "the first records copied",
-            log.read_text,
-        )
-        process.send_signal(signal.SIGSTOP)
         _recreate(target_kafka_admin, f"t.{topic}")
         write_transactions(replica.source, topic, 2, 10, abort_every=0, first=n)
         process.send_signal(signal.SIGCONT)
