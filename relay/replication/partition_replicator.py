@@ -4,22 +4,17 @@ Spark job drive.
 Start-up::
 
     fence (take the target partition's transactional id over)  ->  read the position
-    (the next source offset) committed on the target  ->  refuse it unless it is this
-    source's and agrees with the target's last copy (relay.replication.position_check)
-    ->  seek the source there
+    committed on the target, check it (relay.replication.position_check)  ->  seek there
 
 Order of one batch (one transaction on the target cluster)::
 
-    read committed source records from the position  ->  check that both topics are
-    still those of the position  ->  begin  ->  send their copies  ->  commit(copies +
-    the position after the last one)  ->  position = last offset + 1; a fatal error
-    aborts the open transaction before it is raised
+    read committed source records  ->  check both topics' ids  ->  begin  ->  send the
+    copies  ->  commit(copies + the position after them); a fatal error aborts first
 
 The position lives only on the target cluster, committed atomically with the copies, and
-it is read only after fencing; so a crash at any point, a re-run task or a second
-instance can neither lose nor duplicate a record (I3 and I7, docs/invariants.md). The
-source is read ``read_committed``: records of aborted transactions never come out, and
-the order of each source partition is kept in its target partition (I8).
+is read only after fencing: a crash, a re-run task or a second instance can neither lose
+nor duplicate a record (I3, I7, docs/invariants.md). The source is read
+``read_committed``, each partition's order kept in its target partition (I8).
 """
 
 from __future__ import annotations
@@ -305,6 +300,11 @@ class PartitionReplicator:
                 self._writer.commit(self.next_offset, self._stamp)
             except RetriableError as exc:
                 self._failed(exc)
+                raise
+            except ProducerFencedError:
+                raise
+            except BaseException:
+                self._abort_quietly()
                 raise
         except RetriableError as exc:
             self._unsettled = True

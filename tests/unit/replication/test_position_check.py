@@ -133,3 +133,19 @@ def test_a_fatal_error_aborts_the_open_transaction() -> None:
     with pytest.raises(KafkaError):
         replicator.copy_batch()
     assert writer.aborts == 1
+
+
+def test_a_fatal_error_keeping_the_position_alive_aborts_its_transaction() -> None:
+    source, target, ids = copied()
+    replicator = make(source, target, ids)
+    replicator.start()
+    writer = target.last_writer
+    assert writer is not None
+
+    def refuse(next_offset: int, stamp: PositionStamp) -> None:
+        raise KafkaError("the group is not authorized")
+
+    writer.commit = refuse  # type: ignore[method-assign]
+    with pytest.raises(KafkaError):
+        replicator.keep_alive_if_due(0.0)
+    assert writer.aborts == 1
