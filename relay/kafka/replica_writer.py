@@ -115,6 +115,9 @@ class KafkaReplicaWriter(TransactionalProducer):
             return NO_POSITION
         return ReplicaPosition(found.offset, PositionStamp.from_text(found.metadata))
 
+    def position(self) -> ReplicaPosition:
+        return self.fence()  # fenced once per producer: from then on, only a read
+
     def last_copy(self, since: int) -> LastCopy | None:
         return last_copy(self._settings, self._tp, since)
 

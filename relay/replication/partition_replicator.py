@@ -19,6 +19,7 @@ nor duplicate a record (I3, I7, docs/invariants.md). The source is read
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -40,7 +41,7 @@ from relay.replication.ports import (
     SourceReader,
     TopicIds,
 )
-from relay.replication.position_check import checked_start, same_topics
+from relay.replication.position_check import check_owner, checked_start, same_topics
 from relay.replication.types import (
     Origin,
     PositionStamp,
@@ -58,8 +59,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 READY = "ready, earlier copiers of this partition fenced"
-"""What a route's start-up line says once the replicator holds it (``t[2]: ready, ...;
-copying from offset 78``); relay.chaos.logwatch looks for it."""
+"""A route's start-up line once it holds it; relay.chaos.logwatch looks for it."""
 
 
 class PartitionReplicator:
@@ -220,6 +220,7 @@ class PartitionReplicator:
         if not same_topics(self.route, self._stamp, self._ids, self._read_at):
             self._restart()  # the target topic was created again: read the position again
             return None
+        check_owner(self.route, self._writer.position(), self._stamp)
         next_offset = records[-1].offset + 1
         self._writer.begin()
         opened = self._clock.monotonic()
@@ -343,7 +344,5 @@ class PartitionReplicator:
 
     def close(self) -> None:
         for release in (self._reader.close, self._writer.close):
-            try:
+            with contextlib.suppress(RelayError):
                 release()
-            except RelayError as exc:
-                log.debug("%s: closing: %s", self.route, exc)

@@ -47,6 +47,11 @@ class ReplicaWriter(Protocol):
         transaction), then return the committed position."""
         ...
 
+    def position(self) -> ReplicaPosition:
+        """The committed position now (after :meth:`fence`): read again before each batch,
+        to notice another writer of it."""
+        ...
+
     def begin(self) -> None: ...
 
     def send(self, records: Sequence[SourceRecord]) -> None:

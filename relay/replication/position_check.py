@@ -155,3 +155,12 @@ def same_topics(route: Route, stamp: PositionStamp, ids: TopicIds, since: float)
         target,
     )
     return False
+
+
+def check_owner(route: Route, committed: ReplicaPosition, mine: PositionStamp) -> None:
+    """Before each batch: refuse a position committed meanwhile by a replicator of another
+    source or prefix (instances with different prefixes do not fence each other; two
+    started at the same moment on a partition that had no position both copy it). One of
+    the same prefix is left to fence this one at its commit (exit 5)."""
+    if committed.exists and committed.stamp is not None:
+        _check_owner(route, committed.stamp, mine)

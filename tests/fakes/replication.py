@@ -159,6 +159,9 @@ class MemoryWriter:
         self.target.position = ReplicaPosition(next_offset, self.stamp)
         self.pending = None
 
+    def position(self) -> ReplicaPosition:
+        return self.target.position
+
     def last_copy(self, since: int) -> LastCopy | None:
         copies = self.target.copies
         if len(copies) <= since:

@@ -283,3 +283,38 @@ def test_a_fatal_error_inside_a_transaction_aborts_it_before_the_exit(
         committed.close()
         uncommitted.close()
     assert read_log(replica.target, f"a.{topic}", 1)[0] == []
+
+
+def test_two_prefixes_started_together_on_one_group_are_told_apart_while_copying(
+    replica: ReplicaEnv, make_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    topic = make_topic("edge-prefixes", partitions=1)
+    args = ("--topics", topic, "--target-prefix", "pp.", "--max-wait", "0.05")
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    processes = [
+        replica.start(*args, "--transactional-id-prefix", name, log=log)
+        for name, log in zip(("dr-a", "dr-b"), logs, strict=True)
+    ]
+    try:
+        for log in logs:  # both hold the partition, neither has seen a position
+            wait_until(lambda log=log: READY in log.read_text(), 60, "both started", log.read_text)
+        n = 0
+        for _ in range(10):
+            n = write_transactions(replica.source, topic, 1, 5, abort_every=0, first=n)
+            if any(p.poll() is not None for p in processes):
+                break
+        wait_until(
+            lambda: any(p.poll() is not None for p in processes),
+            60,
+            "one of them to stop",
+            lambda: logs[0].read_text() + logs[1].read_text(),
+        )
+        stopped = next(p for p in processes if p.poll() is not None)
+        assert stopped.returncode == 2
+        text = "".join(log.read_text() for log in logs)
+        assert "replicators with different prefixes do not fence each other" in text
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()

@@ -149,3 +149,15 @@ def test_a_fatal_error_keeping_the_position_alive_aborts_its_transaction() -> No
     with pytest.raises(KafkaError):
         replicator.keep_alive_if_due(0.0)
     assert writer.aborts == 1
+
+
+def test_another_prefix_committing_meanwhile_is_refused_before_the_next_batch() -> None:
+    source = MemorySource(source_log(b"a", b"b", b"c", b"d"))
+    target, ids = MemoryTarget(), Ids()
+    mine, other = make(source, target, ids), make(source, target, ids, prefix="other")
+    mine.start()
+    other.start()  # both saw no position (the fake has one transactional id: other's)
+    other.copy_batch()
+    with pytest.raises(ReplicaPositionError, match="prefix 'other', this one has 'dr'"):
+        mine.copy_batch()
+    assert len(target.copies) == 2
