@@ -82,14 +82,18 @@ def reset_recreated_topic(settings: ReplicateSettings, topic: str, *, yes: bool)
     for part in _partitions(settings, lambda task: task.route.topic == topic):
         route, committed, mine = part.task.route, part.committed, part.mine
         old = committed.stamp
-        if not committed.exists or (old is not None and old.topic_id == mine.topic_id):
+        if old is not None and old.topic_id == mine.topic_id:
             lines.append(f"{route}: position of topic id {mine.topic_id}, nothing to reset")
             continue
-        old_id = "(none recorded)" if old is None or old.topic_id is None else old.topic_id
-        lines.append(
-            f"{route}: offset {committed.next_offset} of topic id {old_id} -> offset 0 of "
-            f"topic id {mine.topic_id}"
-        )
+        if committed.exists:
+            old_id = "(none recorded)" if old is None or old.topic_id is None else old.topic_id
+            before = f"offset {committed.next_offset} of topic id {old_id}"
+        elif (copy := part.writer.last_copy(0)) is not None:  # the group lost it too
+            before = f"no position (copies up to source offset {copy.source_offset})"
+        else:
+            lines.append(f"{route}: no position and no copies, nothing to reset")
+            continue
+        lines.append(f"{route}: {before} -> offset 0 of topic id {mine.topic_id}")
         changes += 1
         if yes:
             since = part.writer.stable_end()  # the copies of the old topic end here

@@ -318,3 +318,28 @@ def test_two_prefixes_started_together_on_one_group_are_told_apart_while_copying
             if process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+def test_a_recreated_source_topic_whose_group_was_deleted_too_is_reset(
+    replica: ReplicaEnv,
+    make_topic: Callable[..., str],
+    kafka_admin: AdminClient,
+    target_kafka_admin: AdminClient,
+) -> None:
+    topic = make_topic("edge-both", partitions=1)
+    n = write_transactions(replica.source, topic, 2, 10, abort_every=0)
+    args = ("--once", "--topics", topic, "--target-prefix", "bo.")
+    assert replica.run(*args).returncode == 0
+    old = read_log(replica.target, f"bo.{topic}", 1)[0]
+    _recreate(kafka_admin, topic)
+    target_kafka_admin.delete_consumer_groups([replica.group])[replica.group].result(30)
+    write_transactions(replica.source, topic, 1, 10, abort_every=0, first=n)
+    reset = ("--topics", topic, "--target-prefix", "bo.", "--reset-recreated-topic", topic)
+    done = replica.run(*reset, "--yes")
+    assert done.returncode == 0, done.stderr
+    assert f"{topic}[0]: no position (copies up to source offset 20) -> offset 0" in done.stdout
+    again = replica.run(*args)
+    assert again.returncode == 0, again.stderr
+    copies = read_log(replica.target, f"bo.{topic}", 1)[0]
+    assert copies[: len(old)] == old
+    assert_replica(read_log(replica.source, topic, 1), {0: copies[len(old) :]})
