@@ -8,7 +8,8 @@ The package's plan is in ``docs/architecture.md``.
 
 The names below load on first use (PEP 562): ``import relay.replication`` or
 ``import relay.testing`` loads no database driver; ``relay.publish`` loads the PostgreSQL
-writer (:mod:`relay.postgres.outbox_writer`, SQLAlchemy and psycopg) when first used.
+writer (:mod:`relay.postgres.outbox_writer`, SQLAlchemy and psycopg) when first used, and
+``relay.avro_format`` (and the other Schema Registry formats) confluent-kafka's serializers.
 """
 
 from __future__ import annotations
@@ -17,7 +18,20 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from relay.errors import InvalidEventError, RelayError, UnsupportedBindError
+    from relay.errors import (
+        InvalidEventError,
+        RelayError,
+        SchemaRegistryError,
+        SchemaRegistryUnavailableError,
+        SerializationError,
+        UnsupportedBindError,
+    )
+    from relay.kafka.schema_formats import (
+        avro_format,
+        json_schema_format,
+        protobuf_format,
+        schema_registry,
+    )
     from relay.postgres.outbox_writer import (
         publish,
         publish_async,
@@ -32,12 +46,19 @@ __all__ = [
     "Event",
     "InvalidEventError",
     "RelayError",
+    "SchemaRegistryError",
+    "SchemaRegistryUnavailableError",
+    "SerializationError",
     "UnsupportedBindError",
+    "avro_format",
+    "json_schema_format",
     "new_event_id",
+    "protobuf_format",
     "publish",
     "publish_async",
     "publish_many",
     "publish_many_async",
+    "schema_registry",
     "set_json_default",
 ]
 __version__ = "0.1.0"
@@ -48,6 +69,14 @@ _LAZY = {
     "InvalidEventError": "relay.errors",
     "RelayError": "relay.errors",
     "UnsupportedBindError": "relay.errors",
+    "SerializationError": "relay.errors",
+    "SchemaRegistryError": "relay.errors",
+    "SchemaRegistryUnavailableError": "relay.errors",
+    # Schema Registry formats (the extra outbox-relay[registry]): loads confluent-kafka's
+    "schema_registry": "relay.kafka.schema_formats",
+    "avro_format": "relay.kafka.schema_formats",
+    "json_schema_format": "relay.kafka.schema_formats",
+    "protobuf_format": "relay.kafka.schema_formats",
     "new_event_id": "relay.publishing.event_ids",
     "set_json_default": "relay.publishing.json_values",
     "publish": "relay.postgres.outbox_writer",

@@ -31,6 +31,9 @@ failed (its report is printed all the same).
     │   ├── RecordMayHealError         a record refused for now (e.g. parent not there yet)
     │   └── TopicMissingError
     ├── InvalidEventError              an event the write API cannot store
+    │   └── SerializationError         a value its registry schema refuses, or not registered
+    ├── SchemaRegistryError            the schema registry refused (auth, bad schema)
+    │   └── SchemaRegistryUnavailableError  unreachable or failing (also a RetriableError)
     ├── UnsupportedBindError           the write API cannot write through this object
     ├── GaveUpError                    retries exhausted
     ├── UndeliverableEventError        Kafka refuses rows for good: dead-letter them
@@ -221,6 +224,23 @@ class MirrorOffsetConflict(RelayError):
 
 class InvalidEventError(RelayError, ValueError):
     """An event cannot be written to the outbox as given (also a ValueError)."""
+
+
+class SerializationError(InvalidEventError):
+    """An event key or value cannot be serialized with its schema registry format: it does
+    not fit the schema, or the schema is not registered under its subject (and
+    ``auto.register.schemas`` is off). Nothing was written."""
+
+
+class SchemaRegistryError(RelayError):
+    """The schema registry refused a request (credentials, an invalid or incompatible
+    schema). The message names the registry with its password masked."""
+
+
+class SchemaRegistryUnavailableError(SchemaRegistryError, RetriableError):
+    """The schema registry could not be reached or failed (connection refused, a timeout,
+    HTTP 5xx) after the client's retries. The same work may be tried again later; the
+    write API wrote nothing."""
 
 
 class UnsupportedBindError(RelayError, TypeError):

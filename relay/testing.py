@@ -44,6 +44,7 @@ from relay.publishing.events import (
     encode_headers,
     outbox_row,
 )
+from relay.publishing.formats import RecordFormat
 from relay.publishing.json_values import JsonDefault
 
 WRITE_API = ("publish", "publish_many", "publish_async", "publish_many_async")
@@ -86,17 +87,37 @@ class RecordingOutbox:
         self.events.clear()
 
     def publish_many(
-        self, bind: object, events: Iterable[Event], *, json_default: JsonDefault | None = None
+        self,
+        bind: object,
+        events: Iterable[Event],
+        *,
+        json_default: JsonDefault | None = None,
+        key_format: RecordFormat | None = None,
+        value_format: RecordFormat | None = None,
     ) -> int:
-        """Like :func:`relay.publish_many`: every event is checked before any is recorded."""
-        rows = [(outbox_row(event, json_default), event.headers) for event in events]
+        """Like :func:`relay.publish_many`: every event is checked (and serialized by its
+        formats) before any is recorded."""
+        formats = {"key_format": key_format, "value_format": value_format}
+        rows = [(outbox_row(event, json_default, **formats), event.headers) for event in events]
         self.events.extend(_recorded(row, bind, len(encode_headers(own))) for row, own in rows)
         return len(rows)
 
     async def publish_many_async(
-        self, bind: object, events: Iterable[Event], *, json_default: JsonDefault | None = None
+        self,
+        bind: object,
+        events: Iterable[Event],
+        *,
+        json_default: JsonDefault | None = None,
+        key_format: RecordFormat | None = None,
+        value_format: RecordFormat | None = None,
     ) -> int:
-        return self.publish_many(bind, events, json_default=json_default)
+        return self.publish_many(
+            bind,
+            events,
+            json_default=json_default,
+            key_format=key_format,
+            value_format=value_format,
+        )
 
     def publish(
         self,
@@ -108,10 +129,18 @@ class RecordingOutbox:
         *,
         event_type: str | None = None,
         json_default: JsonDefault | None = None,
+        key_format: RecordFormat | None = None,
+        value_format: RecordFormat | None = None,
     ) -> uuid.UUID:
         event_id = new_event_id()
         event = Event(topic, key, value, headers, event_type, event_id)
-        self.publish_many(bind, [event], json_default=json_default)
+        self.publish_many(
+            bind,
+            [event],
+            json_default=json_default,
+            key_format=key_format,
+            value_format=value_format,
+        )
         return event_id
 
     async def publish_async(
@@ -124,9 +153,19 @@ class RecordingOutbox:
         *,
         event_type: str | None = None,
         json_default: JsonDefault | None = None,
+        key_format: RecordFormat | None = None,
+        value_format: RecordFormat | None = None,
     ) -> uuid.UUID:
         return self.publish(
-            bind, topic, key, value, headers, event_type=event_type, json_default=json_default
+            bind,
+            topic,
+            key,
+            value,
+            headers,
+            event_type=event_type,
+            json_default=json_default,
+            key_format=key_format,
+            value_format=value_format,
         )
 
 

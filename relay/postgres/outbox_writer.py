@@ -38,6 +38,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 from relay.errors import UnsupportedBindError
 from relay.publishing.event_ids import new_event_id
 from relay.publishing.events import Event, HeadersLike, KeyLike, outbox_rows
+from relay.publishing.formats import RecordFormat
 from relay.publishing.json_values import JsonDefault
 
 SyncBind: TypeAlias = Session | scoped_session[Session] | Connection | psycopg.Connection[Any]
@@ -118,19 +119,35 @@ def _checked_rows(
     json_default: JsonDefault | None,
     *,
     asynchronous: bool,
+    key_format: RecordFormat | None = None,
+    value_format: RecordFormat | None = None,
 ) -> list[dict[str, Any]]:
     """The bind's type first (no I/O), then every event, before anything is written."""
     check_bind(bind, asynchronous=asynchronous)
-    return outbox_rows(events, json_default)
+    return outbox_rows(events, json_default, key_format=key_format, value_format=value_format)
 
 
 def publish_many(
-    bind: SyncBind, events: Iterable[Event], *, json_default: JsonDefault | None = None
+    bind: SyncBind,
+    events: Iterable[Event],
+    *,
+    json_default: JsonDefault | None = None,
+    key_format: RecordFormat | None = None,
+    value_format: RecordFormat | None = None,
 ) -> int:
     """Add ``events`` to the transaction of ``bind``, in order. Returns how many.
     ``json_default``: the encoder hook of their values (:mod:`relay.publishing.json_values`);
-    an event whose id you need takes one you made (``Event(..., event_id=...)``)."""
-    rows = _checked_rows(bind, events, json_default, asynchronous=False)
+    an event whose id you need takes one you made (``Event(..., event_id=...)``).
+    ``key_format``/``value_format``: serialize every key/value of the call with a schema
+    registry format (:mod:`relay.kafka.schema_formats`) instead of JSON."""
+    rows = _checked_rows(
+        bind,
+        events,
+        json_default,
+        asynchronous=False,
+        key_format=key_format,
+        value_format=value_format,
+    )
     if not rows:
         return 0
     if isinstance(bind, scoped_session):
@@ -148,10 +165,22 @@ def publish_many(
 
 
 async def publish_many_async(
-    bind: AsyncBind, events: Iterable[Event], *, json_default: JsonDefault | None = None
+    bind: AsyncBind,
+    events: Iterable[Event],
+    *,
+    json_default: JsonDefault | None = None,
+    key_format: RecordFormat | None = None,
+    value_format: RecordFormat | None = None,
 ) -> int:
     """:func:`publish_many` for asyncio: ``await relay.publish_many_async(session, events)``."""
-    rows = _checked_rows(bind, events, json_default, asynchronous=True)
+    rows = _checked_rows(
+        bind,
+        events,
+        json_default,
+        asynchronous=True,
+        key_format=key_format,
+        value_format=value_format,
+    )
     if not rows:
         return 0
     if isinstance(bind, async_scoped_session):
@@ -177,6 +206,8 @@ def publish(
     *,
     event_type: str | None = None,
     json_default: JsonDefault | None = None,
+    key_format: RecordFormat | None = None,
+    value_format: RecordFormat | None = None,
 ) -> uuid.UUID:
     """Add one event to the transaction of ``bind`` (see the module for what it may be);
     returns its event id, the UUIDv7 its Kafka record carries in the ``event-id`` header.
@@ -186,10 +217,15 @@ def publish(
     tombstone) or any JSON-serialisable object: datetime, date, time, UUID and Decimal
     are converted to text, other types by ``json_default`` (else the process-wide hook
     of ``relay.set_json_default``; see :mod:`relay.publishing.json_values`).
+    ``key_format``/``value_format``: a schema registry format (Avro, Protobuf, JSON Schema:
+    :mod:`relay.kafka.schema_formats`) that serializes the key/value here, in the caller's
+    transaction; the outbox holds the bytes Kafka gets.
     """
     event_id = new_event_id()
     event = Event(topic, key, value, headers, event_type, event_id)
-    publish_many(bind, [event], json_default=json_default)
+    publish_many(
+        bind, [event], json_default=json_default, key_format=key_format, value_format=value_format
+    )
     return event_id
 
 
@@ -202,9 +238,13 @@ async def publish_async(
     *,
     event_type: str | None = None,
     json_default: JsonDefault | None = None,
+    key_format: RecordFormat | None = None,
+    value_format: RecordFormat | None = None,
 ) -> uuid.UUID:
     """:func:`publish` for asyncio: ``await relay.publish_async(session, "orders", ...)``."""
     event_id = new_event_id()
     event = Event(topic, key, value, headers, event_type, event_id)
-    await publish_many_async(bind, [event], json_default=json_default)
+    await publish_many_async(
+        bind, [event], json_default=json_default, key_format=key_format, value_format=value_format
+    )
     return event_id

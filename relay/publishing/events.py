@@ -17,6 +17,7 @@ from typing import Any
 
 from relay.errors import InvalidEventError
 from relay.publishing.event_ids import new_event_id
+from relay.publishing.formats import RecordFormat
 from relay.publishing.json_values import JsonDefault, to_json
 from relay.runtime.tracing import TRACE_HEADERS, trace_headers
 
@@ -184,17 +185,46 @@ def _shown(value: object, limit: int = 60) -> str:
 
 
 def outbox_rows(
-    events: Iterable[Event], json_default: JsonDefault | None = None
+    events: Iterable[Event],
+    json_default: JsonDefault | None = None,
+    *,
+    key_format: RecordFormat | None = None,
+    value_format: RecordFormat | None = None,
 ) -> list[dict[str, Any]]:
     """The parameters of the write API's INSERT, one dict an event, in order; every event
-    is checked before the first is written."""
-    return [outbox_row(event, json_default) for event in events]
+    is checked (and serialized) before the first is written."""
+    return [
+        outbox_row(event, json_default, key_format=key_format, value_format=value_format)
+        for event in events
+    ]
 
 
-def outbox_row(event: Event, json_default: JsonDefault | None = None) -> dict[str, Any]:
+def serialized(record_format: RecordFormat, topic: str, obj: Any, *, is_key: bool) -> bytes | None:
+    """``obj`` through ``record_format`` (:mod:`relay.publishing.formats`); None stays None
+    (a null key, a tombstone)."""
+    if obj is None:
+        return None
+    if not isinstance(record_format, RecordFormat):
+        what = "key_format" if is_key else "value_format"
+        raise InvalidEventError(
+            f"{what} must have a serialize(topic, obj, is_key=...) method,"
+            f" not {type(record_format).__name__}"
+        )
+    return record_format.serialize(topic, obj, is_key=is_key)
+
+
+def outbox_row(
+    event: Event,
+    json_default: JsonDefault | None = None,
+    *,
+    key_format: RecordFormat | None = None,
+    value_format: RecordFormat | None = None,
+) -> dict[str, Any]:
     """One event as the INSERT's parameters: ``headers`` is the column's JSON text, its
     first header the event id; then the event's own, then the current span's W3C
-    ``traceparent``/``tracestate`` (:mod:`relay.runtime.tracing`) unless it gave its own."""
+    ``traceparent``/``tracestate`` (:mod:`relay.runtime.tracing`) unless it gave its own.
+    With ``key_format``/``value_format`` the key/value is that format's bytes, made last,
+    once everything else of the event is checked."""
     if not isinstance(event.topic, str) or not TOPIC_NAME.match(event.topic):
         raise InvalidEventError(
             f"invalid Kafka topic name {event.topic!r}: use 1-249 of [A-Za-z0-9._-]"
@@ -211,10 +241,17 @@ def outbox_row(event: Event, json_default: JsonDefault | None = None) -> dict[st
         headers += [
             [name, base64.b64encode(value.encode()).decode("ascii")] for name, value in traced
         ]
-    return {
+    row: dict[str, Any] = {
         "topic": event.topic,
-        "key": encode_key(event.key),
-        "value": encode_value(event.value, json_default),
         "event_type": check_event_type(event.event_type),
         "headers": json.dumps(headers, separators=(",", ":")),
     }
+    if key_format is None:
+        row["key"] = encode_key(event.key)
+    else:
+        row["key"] = serialized(key_format, event.topic, event.key, is_key=True)
+    if value_format is None:
+        row["value"] = encode_value(event.value, json_default)
+    else:
+        row["value"] = serialized(value_format, event.topic, event.value, is_key=False)
+    return row

@@ -14,6 +14,7 @@ import pytest
 from relay.errors import ConfigurationError
 from relay.settings.connections import CONNECTIONS, KAFKA, METRICS, KafkaSettings
 from relay.settings.mirror import MIRROR, load_mirror_settings
+from relay.settings.registry import REGISTRY, load_registry_settings
 from relay.settings.relay import DATABASE_PREFIX, RELAY, load_settings
 from relay.settings.replicate import REPLICATE, SELECTION, SOURCE, TARGET, load_replicate_settings
 from relay.settings.spec import Given, Setting, declared_twice, whole
@@ -28,6 +29,7 @@ TABLES: dict[str, tuple[Setting, ...]] = {
     "replicate": (*SOURCE.settings, *TARGET.settings, *SELECTION, *REPLICATE),
     "replicate timeouts": (SOURCE.transaction_timeout_ms, SOURCE.kafka_timeout_s),
     "status": STATUS,
+    "schema registry": REGISTRY,
 }
 EVERY = [setting for table in TABLES.values() for setting in table]
 RELAY_ENV = {
@@ -72,6 +74,8 @@ def _loaded() -> list[tuple[Setting, Any]]:
     pairs += [(s, getattr(replicate, s.name)) for s in REPLICATE]
     pairs += [(s, getattr(replicate.selection, s.name)) for s in SELECTION[1:]]
     pairs += [(s, getattr(relay, s.name)) for s in METRICS]
+    registry = load_registry_settings(environ={"RELAY_SCHEMA_REGISTRY_URL": "http://sr:8081"})
+    pairs += [(s, getattr(registry, s.name)) for s in REGISTRY[1:]]
     pairs += [
         (KAFKA.transaction_timeout_ms, relay.kafka.transaction_timeout_ms),
         (KAFKA.kafka_timeout_s, relay.kafka.request_timeout_s),
