@@ -36,10 +36,27 @@ class RegistryState:
 
     def schema_id(self, schema: dict[str, Any]) -> int:
         for number, known in enumerate(self.schemas, start=1):
-            if known == schema:
+            if same_schema(known, schema):
                 return number
         self.schemas.append(schema)
         return len(self.schemas)
+
+
+def same_schema(one: dict[str, Any], other: dict[str, Any]) -> bool:
+    """Equal as the registry compares them: Avro as parsed JSON, where a primitive type's
+    name is its short form (the client sends ``{"type":"string"}`` for ``"string"``)."""
+    if one["schemaType"] != other["schemaType"] or one["references"] != other["references"]:
+        return False
+    if one["schemaType"] != "AVRO":
+        return bool(one["schema"] == other["schema"])
+    return _avro(one["schema"]) == _avro(other["schema"])
+
+
+def _avro(text: str) -> str:
+    parsed = json.loads(text)
+    if isinstance(parsed, dict) and set(parsed) == {"type"} and isinstance(parsed["type"], str):
+        parsed = parsed["type"]
+    return json.dumps(parsed, sort_keys=True, separators=(",", ":"))
 
 
 def _schema_of(body: dict[str, Any]) -> dict[str, Any]:
@@ -133,7 +150,7 @@ class _Handler(BaseHTTPRequestHandler):
             wanted = _schema_of(body)
             with state.lock:
                 ids = list(state.subjects.get(subject, []))
-                found = [n for n in ids if state.schemas[n - 1] == wanted]
+                found = [n for n in ids if same_schema(state.schemas[n - 1], wanted)]
             if not ids:
                 self._error(404, 40401, f"Subject '{subject}' not found.")
             elif not found:
