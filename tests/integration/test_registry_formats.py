@@ -7,10 +7,12 @@ and the outbox stays as it was."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 from confluent_kafka import Consumer, Message
@@ -22,6 +24,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from sqlalchemy.pool import NullPool
 
 import relay
+from relay.devenv.databases import libpq_url
 from relay.devenv.waiting import wait_until
 from relay.kafka.schema_formats import SchemaRegistry
 from tests.integration.support import RelayTestEnv, run_relay
@@ -138,11 +141,15 @@ def test_protobuf_and_json_schema_round_trip(
     message = OrderMessage(id=7, customer="ada", total=12.5)
     document = {"id": 8, "customer": "bob", "total": 3.0}
 
-    def write(conn: sa.Connection) -> None:
-        relay.publish(conn, proto_topic, "p", message, value_format=proto)
-        relay.publish(conn, json_topic, "j", document, value_format=schema)
+    _publish(
+        relay_env, lambda conn: relay.publish(conn, proto_topic, "p", message, value_format=proto)
+    )
 
-    _publish(relay_env, write)
+    async def write_async() -> None:  # the asyncio API, through psycopg directly
+        async with await psycopg.AsyncConnection.connect(libpq_url(relay_env.database_url)) as conn:
+            await relay.publish_async(conn, json_topic, "j", document, value_format=schema)
+
+    asyncio.run(write_async())
     result = run_relay(relay_env, "run", "--once")
     assert result.returncode == 0, result.stderr
 
