@@ -235,3 +235,16 @@ def test_a_failing_event_stops_the_call_before_any_row(mock_client: SchemaRegist
         outbox_rows([Event("orders", "a", ORDER), Event("orders", "b", bad)], value_format=orders)
     with pytest.raises(InvalidEventError, match="value_format must have a serialize"):
         outbox_rows([Event("orders", "a", ORDER)], value_format=object())  # type: ignore[arg-type]
+
+
+def test_the_tls_settings_reach_the_client(tmp_path: Any) -> None:
+    env = {
+        "RELAY_SCHEMA_REGISTRY_URL": "https://sr:8081",
+        "RELAY_SCHEMA_REGISTRY_CA": str(tmp_path / "missing-ca.pem"),
+    }
+    with pytest.raises(SchemaRegistryError, match=r"schema registry https://sr:8081: .*No such"):
+        schema_registry(environ=env)
+    env["RELAY_SCHEMA_REGISTRY_CA"] = ""
+    env["RELAY_SCHEMA_REGISTRY_KEY"] = str(tmp_path / "key.pem")
+    with pytest.raises(SchemaRegistryError, match=r"ssl\.certificate\.location required"):
+        schema_registry(environ=env)  # a key without its certificate
