@@ -3,11 +3,11 @@
 Starts a durable PostgreSQL cluster of its own (fsync on, wal_level=logical) next to the
 development servers of ``relay dev up`` (or RELAY_DATABASE_URL / RELAY_ADMIN_DATABASE_URL
 and RELAY_KAFKA_BOOTSTRAP_SERVERS), runs the comparisons one after another (the write
-path, the drain, the mirror, the latency, Debezium's drain, and `relay replicate` against
-MirrorMaker 2's Kafka->Kafka replication on two private brokers, which needs no
-PostgreSQL), prints a table (measurement, ours, peer, ours/peer) and writes
-bench/results/latest.json. ``--quick`` runs a smaller version of everything (CI's smoke
-test); ``--only`` picks comparisons.
+path, Avro against JSON on the write path, the drain, the mirror, the latency, Debezium's
+drain, and `relay replicate` against MirrorMaker 2's Kafka->Kafka replication on two
+private brokers, which needs no PostgreSQL), prints a table (measurement, ours, peer,
+ours/peer) and writes bench/results/latest.json. ``--quick`` runs a smaller version of
+everything (CI's smoke test); ``--only`` picks comparisons.
 """
 
 from __future__ import annotations
@@ -21,12 +21,20 @@ import time
 from collections.abc import Callable
 from contextlib import nullcontext
 
-from . import debezium, drain, latency, mirror, mirrormaker, write_path
+from . import debezium, drain, formats, latency, mirror, mirrormaker, write_path
 from .caveats import not_meaningful
 from .cluster import SETTINGS, durable_cluster
 from .common import Outcome, Row, endpoints, log, write_latest
 
-COMPARISONS = ("write_path", "drain", "mirror", "latency", "debezium", "mirrormaker")
+COMPARISONS = (
+    "write_path",
+    "formats",
+    "drain",
+    "mirror",
+    "latency",
+    "debezium",
+    "mirrormaker",
+)
 KAFKA_ONLY = {"mirrormaker"}
 """Comparisons on private brokers of their own, without the durable PostgreSQL cluster."""
 
@@ -82,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     with durable_cluster() if needs_cluster else nullcontext("") as durable_admin_url:
         steps: dict[str, Callable[[], Outcome]] = {
             "write_path": lambda: write_path.run(dev_admin_url, durable_admin_url, args.quick),
+            "formats": lambda: formats.run(durable_admin_url, args.quick),
             "drain": lambda: drain.run(durable_admin_url, bootstrap, args.quick),
             "mirror": lambda: mirror.run(durable_admin_url, bootstrap, args.quick),
             "latency": lambda: latency.run(durable_admin_url, bootstrap, args.quick),
