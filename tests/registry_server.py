@@ -169,11 +169,15 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, user: str | None, password: str | None) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+    allow_reuse_address = True  # a registry restarted on its port
+
+    def __init__(
+        self, user: str | None, password: str | None, port: int, state: RegistryState | None
+    ) -> None:
+        super().__init__(("127.0.0.1", port), _Handler)
         self.user = user
         self.password = password
-        self.state = RegistryState()
+        self.state = state or RegistryState()
 
 
 class TestRegistry:
@@ -181,8 +185,16 @@ class TestRegistry:
 
     __test__ = False  # not a pytest class
 
-    def __init__(self, user: str | None = None, password: str | None = None) -> None:
-        self._server = _Server(user, password)
+    def __init__(
+        self,
+        user: str | None = None,
+        password: str | None = None,
+        *,
+        port: int = 0,
+        state: RegistryState | None = None,
+    ) -> None:
+        """``port``/``state``: another registry's, to bring it back after :meth:`stop`."""
+        self._server = _Server(user, password, port, state)
         self.port = self._server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.state = self._server.state

@@ -63,6 +63,8 @@ from relay.settings.mirror import MirrorSettings
 if TYPE_CHECKING:  # commands use the PostgreSQL adapter's handle, never SQLAlchemy itself
     import sqlalchemy as sa
 
+    from relay.kafka.schema_decoding import RegistryValueDecoder
+
 log = logging.getLogger(__name__)
 
 
@@ -80,7 +82,13 @@ def _loop(
     store = PostgresMirrorStore(database, settings.group, tables, reflected)
     directory = KafkaTopicDirectory(settings.connections.kafka)
     return MirrorLoop(
-        Applier(tables, store, Failpoints.from_env()),
+        Applier(
+            tables,
+            store,
+            Failpoints.from_env(),
+            value_decoder(settings, tables),
+            on_unmapped=observer.unmapped_field if isinstance(observer, MirrorMetrics) else None,
+        ),
         store,
         batch_size=settings.batch_size,
         max_wait_s=settings.max_wait_s,
@@ -91,6 +99,24 @@ def _loop(
         observer=observer,
         guard=TopicGuard(directory, settings.group, tables, clock),
     )
+
+
+def value_decoder(
+    settings: MirrorSettings, tables: Sequence[ResolvedTable]
+) -> RegistryValueDecoder | None:
+    """The schema registry's decoder when a table's ``format`` needs one; a
+    ConfigurationError when none is configured."""
+    needing = [t.table for t in tables if t.mapping.value_format != "json"]
+    if not needing:
+        return None
+    if settings.registry is None:
+        raise ConfigurationError(
+            f"table {needing[0]} has a schema registry format: set RELAY_SCHEMA_REGISTRY_URL"
+            " (or --schema-registry-url)"
+        )
+    from relay.kafka.schema_decoding import registry_decoder  # confluent's registry extra
+
+    return registry_decoder(settings.registry)
 
 
 class MirrorService:

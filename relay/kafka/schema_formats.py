@@ -57,6 +57,16 @@ _NOT_FOUND = {40401, 40402, 40403}
 _TRANSPORT_MODULES = frozenset({"httpx", "httpx2", "httpcore", "requests", "urllib3", "ssl"})
 
 
+def registry_answer(exc: ClientRegistryError) -> Literal["unavailable", "not_found", "refused"]:
+    """What an error answer of the registry means: failing (5xx, timeout, throttled: try
+    again), a subject, version or schema id it does not have, or a refusal."""
+    if exc.http_status_code >= 500 or exc.http_status_code in (408, 429):
+        return "unavailable"
+    if exc.http_status_code == 404 or exc.error_code in _NOT_FOUND:
+        return "not_found"
+    return "refused"
+
+
 def is_transport_error(exc: BaseException) -> bool:
     """A connection refused, timed out or broken (not an answer of the registry)."""
     if isinstance(exc, OSError | TimeoutError):
@@ -176,11 +186,12 @@ class SchemaFormat:
     def _refused(self, exc: ClientRegistryError, topic: str, what: str) -> Exception:
         shown = self.registry.shown_url
         reason = self.registry.mask(str(exc))
-        if exc.http_status_code >= 500 or exc.http_status_code in (408, 429):
+        answer = registry_answer(exc)
+        if answer == "unavailable":
             return SchemaRegistryUnavailableError(
                 f"schema registry {shown} failed: {reason}; nothing was written"
             )
-        if exc.error_code in _NOT_FOUND:
+        if answer == "not_found":
             return SerializationError(
                 f"event {what} for topic {topic!r}: its {self.kind} schema is not registered"
                 f" under its subject in {shown} ({reason}); auto-registration is off:"

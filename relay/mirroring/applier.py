@@ -17,14 +17,17 @@ duplicate Spark task can neither skip nor apply a record twice (I4, docs/invaria
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from relay.mirroring.decode import decode
-from relay.mirroring.ports import MirrorStore
+from relay.mirroring.ports import MirrorStore, ValueDecoder
 from relay.mirroring.types import ApplyResult, Batch, KafkaRecord, ResolvedTable, TopicIdentity
 from relay.runtime import tracing
 from relay.runtime.failpoints import FailpointHook, Failpoints
+
+log = logging.getLogger(__name__)
 
 
 class Applier:
@@ -33,8 +36,13 @@ class Applier:
         tables: Sequence[ResolvedTable],
         store: MirrorStore,
         failpoints: FailpointHook | None = None,
+        decoder: ValueDecoder | None = None,
+        on_unmapped: Callable[[str, str], None] | None = None,
     ) -> None:
         self._store = store
+        self._decoder = decoder  # the schema registry of tables with a registry format
+        self._on_unmapped = on_unmapped  # a metric: (table, field) of each such record
+        self._reported: set[tuple[str, str]] = set()
         self._failpoints = failpoints or Failpoints()
         by_topic: dict[str, list[ResolvedTable]] = {}
         for table in tables:
@@ -42,7 +50,7 @@ class Applier:
                 by_topic.setdefault(topic, []).append(table)
         self._by_topic = {topic: tuple(found) for topic, found in by_topic.items()}
 
-    def batch(
+    def batch(  # raises RetriableError when the schema registry cannot be reached
         self,
         topic: str,
         partition: int,
@@ -53,8 +61,25 @@ class Applier:
         identity: TopicIdentity | None = None,
     ) -> Batch:
         tables = self._by_topic.get(topic, ())
-        items = tuple(decode(record, tables) for record in records)
+        items = tuple(decode(record, tables, self._decoder) for record in records)
+        for item in items:
+            for table, field, alter in item.unmapped:
+                self._unmapped(table, field, alter)
         return Batch(topic, partition, expected, next_offset, items, identity=identity)
+
+    def _unmapped(self, table: str, field: str, alter: str) -> None:
+        """A field added upstream that no column reads: counted each time, logged once."""
+        if self._on_unmapped is not None:
+            self._on_unmapped(table, field)
+        if (table, field) not in self._reported:
+            self._reported.add((table, field))
+            log.warning(
+                "%s: field %r of the records has no column; rows are applied without it."
+                " To keep it: %s; then map it in the table's [tables.columns] (reported once)",
+                table,
+                field,
+                alter,
+            )
 
     def apply(self, batch: Batch) -> ApplyResult:
         """Apply ``batch`` exactly once or raise (MirrorOffsetConflict, RetriableError,

@@ -17,6 +17,7 @@ from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
 
 from relay.errors import DecodeError
+from relay.mirroring.ports import ValueDecoder
 from relay.mirroring.types import (
     Append,
     ColumnKind,
@@ -27,6 +28,7 @@ from relay.mirroring.types import (
     ResolvedTable,
     Upsert,
 )
+from relay.mirroring.values import parse_value, unmapped_fields
 from relay.runtime.heartbeat import HEARTBEAT_HEADER, decode_heartbeat
 
 EVENT_TYPE_HEADER = "event-type"
@@ -34,8 +36,13 @@ _INTEGER_TEXT = re.compile(r"^-?[0-9]+$")
 _MISSING = object()
 
 
-def decode(record: KafkaRecord, tables: Sequence[ResolvedTable]) -> Decoded:
+def decode(
+    record: KafkaRecord, tables: Sequence[ResolvedTable], decoder: ValueDecoder | None = None
+) -> Decoded:
     """The record's operations on every table that takes it (see the module doc).
+    ``decoder``: the schema registry of the tables whose ``format`` is not JSON
+    (:mod:`relay.mirroring.values`); fields of such a value that no column reads are
+    reported in ``Decoded.unmapped``, the rest of the row applied.
 
     A table with an ``event_types`` filter takes the records whose ``event-type`` header
     it lists. A tombstone without that header deletes (closes) the key in every table of
@@ -47,6 +54,7 @@ def decode(record: KafkaRecord, tables: Sequence[ResolvedTable]) -> Decoded:
     ops: list[Op] = []
     errors: list[str] = []
     skipped: list[str] = []
+    unmapped: list[tuple[str, str, str]] = []
     value: object = _MISSING
     tombstone = record.value is None
     event_type = _event_type(record)
@@ -66,28 +74,20 @@ def decode(record: KafkaRecord, tables: Sequence[ResolvedTable]) -> Decoded:
                 continue
         try:
             if record.value is not None and value is _MISSING:
-                value = _parse_value(record.value)
+                value = parse_value(record.value, record.topic, table.mapping.value_format, decoder)
             ops.append(_operation(record, table, value, key))
+            unmapped += unmapped_fields(value, table.mapping)
         except DecodeError as exc:
             errors.append(f"{table.table}: {exc}")
     if errors:
         return Decoded(record, error="; ".join(errors))
-    return Decoded(record, tuple(ops), skipped_tombstone="; ".join(skipped) or None)
+    reason = "; ".join(skipped) or None
+    return Decoded(record, tuple(ops), skipped_tombstone=reason, unmapped=tuple(unmapped))
 
 
 def _event_type(record: KafkaRecord) -> str | None:
     raw = record.header(EVENT_TYPE_HEADER)
     return None if raw is None else raw.decode("utf-8", "replace")
-
-
-def _parse_value(raw: bytes) -> object:
-    try:
-        value = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise DecodeError(f"value is not JSON: {_short(str(exc))}") from None
-    if not isinstance(value, dict):
-        raise DecodeError(f"value is JSON {type(value).__name__}, not an object")
-    return value
 
 
 def _operation(

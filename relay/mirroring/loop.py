@@ -261,13 +261,17 @@ class MirrorLoop:
             cursor.identity = self._with_retry(
                 partial(guard.verify, cursor.topic, known, cursor.received), "describing topic"
             )
-        batch = self._applier.batch(
-            cursor.topic,
-            cursor.partition,
-            cursor.expected,
-            cursor.fetched,
-            cursor.buffer,
-            identity=cursor.identity,
+        batch = self._with_retry(  # a schema registry out of reach: retried, never dead-lettered
+            partial(
+                self._applier.batch,
+                cursor.topic,
+                cursor.partition,
+                cursor.expected,
+                cursor.fetched,
+                cursor.buffer,
+                identity=cursor.identity,
+            ),
+            f"decoding {tp_text((cursor.topic, cursor.partition))}",
         )
         try:
             applied = self._apply_waiting_for_healing(batch)

@@ -10,6 +10,7 @@
                                                     # or { fields = { tenant = "tenant" } }
     version = { column = "source_seq", source = "header:outbox-seq" }
     history = "scd2"                         # optional: or "changelog" (relay.mirroring.history)
+    format = "avro"                          # optional: or "json_schema" (registry); "json"
     [tables.columns]                         # table column = field of the JSON value
     customer = "customer"
     city = "address.city"                    # a dotted path reaches into nested objects
@@ -46,8 +47,11 @@ _TABLE_KEYS = frozenset(
         "history",
         "history_columns",
         "metadata",
+        "format",
     }
 )
+# How a table's records are decoded: JSON text, or a schema registry's wire format.
+VALUE_FORMATS = ("json", "avro", "json_schema")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +93,7 @@ class TableMapping:
     event_types: frozenset[str] | None = None
     history: HistoryMapping = dataclasses.field(default_factory=HistoryMapping)
     metadata: tuple[tuple[str, MetadataField], ...] = ()  # (table column, what it holds)
+    value_format: str = "json"  # one of VALUE_FORMATS
 
     @property
     def schema(self) -> str | None:
@@ -171,6 +176,15 @@ def parse_mapping(document: Mapping[str, object], source: str = "<mapping>") -> 
                 "(list all of its topics in one [[tables]] section)"
             )
         seen.add(table.table)
+    formats: dict[str, str] = {}
+    for table in tables:
+        for topic in table.topics:
+            known = formats.setdefault(topic, table.value_format)
+            if known != table.value_format:
+                raise ConfigurationError(
+                    f"mirror mapping {source}: topic {topic} is mapped with format {known} "
+                    f"and {table.value_format} (one topic, one format)"
+                )
     return MirrorMapping(tuple(tables), source)
 
 
@@ -198,7 +212,14 @@ def _table(raw: object, where: str) -> TableMapping:
         event_types = frozenset(_string_list(raw["event_types"], f"{where}: event_types"))
     history = parse_history(raw.get("history"), raw.get("history_columns"), where)
     metadata = parse_metadata(raw.get("metadata"), where)
-    table = TableMapping(name, tuple(topics), key, columns, version, event_types, history, metadata)
+    value_format = raw.get("format", "json")
+    if value_format not in VALUE_FORMATS:
+        raise ConfigurationError(
+            f"{where}: format must be one of {', '.join(VALUE_FORMATS)}, got {value_format!r}"
+        )
+    table = TableMapping(
+        name, tuple(topics), key, columns, version, event_types, history, metadata, value_format
+    )
     _check_columns_distinct(table, where)
     if history.mode != "current" and version.kind == "field":
         raise ConfigurationError(

@@ -76,3 +76,15 @@ class AssignmentListener(Protocol):
     def revoked(self, partitions: Sequence[TopicPartitionKey]) -> None:
         """Called when partitions are taken away (revoked or lost)."""
         ...
+
+
+class ValueDecoder(Protocol):
+    """Decodes a record value of a schema registry format (``format`` in the mapping) into
+    a JSON-like object (dicts, lists, str, int, float, bool, None; dates, decimals and
+    bytes as their JSON text, as a JSON producer would write them)."""
+
+    def decode(self, value_format: str, topic: str, raw: bytes) -> object:
+        """The value; :class:`relay.errors.DecodeError` when the record itself cannot be
+        decoded (dead-lettered), :class:`relay.errors.RetriableError` when the registry
+        cannot be reached (tried again, never dead-lettered)."""
+        ...

@@ -145,6 +145,8 @@ class Decoded:
     skipped_tombstone: str | None = None
     """Why a tombstone was not applied to (some of) its tables: never silent."""
     heartbeat: Heartbeat | None = None
+    unmapped: tuple[tuple[str, str, str], ...] = ()
+    """(table, field, the ALTER TABLE to run) of registry-format fields no column reads."""
 
     @property
     def skipped(self) -> bool:

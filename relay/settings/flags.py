@@ -16,6 +16,7 @@ from relay.runtime.secrets import Secret
 from relay.settings.connections import CONNECTIONS, DATABASE_URL, METRICS, load_database_url
 from relay.settings.env_flags import add_log_flags, env_flag
 from relay.settings.mirror import MIRROR, MirrorSettings, load_mirror_settings
+from relay.settings.registry import REGISTRY
 from relay.settings.relay import RELAY_FLAGS, RelaySettings, load_settings
 from relay.settings.replicate import (
     REPLICATE,
@@ -72,6 +73,8 @@ def add_mirror_flags(
         f"mirror ({_FLAGS_WIN})",
         MIRROR if only is None else [s for s in MIRROR if s in only],
     )
+    if only is None:  # the registry of tables whose format is avro or json_schema
+        _group(parser, f"schema registry ({_FLAGS_WIN})", REGISTRY)
 
 
 def add_replicate_flags(parser: argparse.ArgumentParser) -> None:

@@ -16,6 +16,8 @@ from relay.settings.connections import (
     metrics_shown,
 )
 from relay.settings.properties import check_owned_properties
+from relay.settings.registry import URL as _URL
+from relay.settings.registry import RegistrySettings, load_registry_settings
 from relay.settings.spec import Given, Setting, describe, names, non_empty, seconds, text, whole
 
 # Consumer properties the mirror sets itself: its guarantees depend on them.
@@ -115,6 +117,8 @@ class MirrorSettings:
     )  # tries of a record refused with an error that may heal
     metrics_port: int | None = METRICS_PORT.default
     metrics_host: str = METRICS_HOST.default
+    # The schema registry of tables whose format is avro or json_schema (None: not given).
+    registry: RegistrySettings | None = None
 
     @property
     def group(self) -> str:
@@ -132,6 +136,7 @@ class MirrorSettings:
             **self.connections.describe(),
             "metrics": metrics_shown(self.metrics_host, self.metrics_port),
             **describe(MIRROR, self),
+            **({} if self.registry is None else {"schema_registry": _URL.shown(self.registry.url)}),
         }
 
 
@@ -146,7 +151,8 @@ def load_mirror_settings(
     found = given.values(MIRROR)
     found["mapping_path"] = mapping_path
     found["topics"] = found["topics"] or None  # none named: all mapped
-    return MirrorSettings(connections, **found, **given.values(METRICS))
+    registry = load_registry_settings(flags, environ) if given.origin(_URL) else None
+    return MirrorSettings(connections, **found, **given.values(METRICS), registry=registry)
 
 
 @dataclass(frozen=True, slots=True)

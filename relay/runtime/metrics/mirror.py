@@ -40,6 +40,13 @@ class MirrorMetrics(ProcessMetrics):
             "to heal",
             registry=self.registry,
         )
+        self._unmapped = Counter(
+            "relay_mirror_unmapped_fields",
+            "Records of a schema registry format with a field no column of the table reads "
+            "(applied without it; the log says the ALTER TABLE to run, once per field)",
+            labelnames=["table", "field"],
+            registry=self.registry,
+        )
         self._stored: dict[TopicPartition, int | None] = {}  # owned partitions' next offsets
         self._stable: Sampled[TopicPartition, int] = Sampled(
             "reading the last stable offsets", self._clock
@@ -114,6 +121,9 @@ class MirrorMetrics(ProcessMetrics):
         self._applied.labels(tp[0], str(tp[1])).inc(records)
         self._dead_letters.labels(tp[0], str(tp[1])).inc(dead_letters)
         self.readiness.set(MIRROR_CONSUMER, State.RUNNING)
+
+    def unmapped_field(self, table: str, field: str) -> None:
+        self._unmapped.labels(table, field).inc()
 
     def retrying(self) -> None:
         self._retries.inc()
