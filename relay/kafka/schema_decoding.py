@@ -1,5 +1,6 @@
-"""The mirror's side of the schema registry: record values of a ``format = "avro"`` or
-``"json_schema"`` table decoded through confluent-kafka's deserializers
+"""The mirror's side of the schema registry: record values of a ``format = "avro"``,
+``"json_schema"`` or ``"protobuf"`` table decoded through confluent-kafka's deserializers
+(Protobuf: :mod:`relay.kafka.protobuf_values`)
 (:class:`relay.mirroring.ports.ValueDecoder`).
 
 A record that is itself undecodable (not the Confluent wire format, a schema id the
@@ -26,6 +27,7 @@ from confluent_kafka.schema_registry.json_schema import JSONDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from relay.errors import DecodeError, SchemaRegistryError, SchemaRegistryUnavailableError
+from relay.kafka.protobuf_values import ProtobufValues
 from relay.kafka.schema_formats import (
     SchemaRegistry,
     is_transport_error,
@@ -43,9 +45,11 @@ class RegistryValueDecoder:
     def __init__(self, registry: SchemaRegistry) -> None:
         self._registry = registry
         client = registry.client
+        protobuf = ProtobufValues(client)  # no generated class: the writer's schema
         self._deserializers: dict[str, Callable[[bytes, SerializationContext], Any]] = {
             "avro": AvroDeserializer(client),
             "json_schema": JSONDeserializer(None, schema_registry_client=client),
+            "protobuf": lambda raw, _ctx: protobuf.decode(raw),
         }
 
     def decode(self, value_format: str, topic: str, raw: bytes) -> object:

@@ -10,7 +10,7 @@
                                                     # or { fields = { tenant = "tenant" } }
     version = { column = "source_seq", source = "header:outbox-seq" }
     history = "scd2"                         # optional: or "changelog" (relay.mirroring.history)
-    format = "avro"                          # optional: or "json_schema" (registry); "json"
+    format = "avro"                          # optional: json_schema, protobuf (registry); json
     [tables.columns]                         # table column = field of the JSON value
     customer = "customer"
     city = "address.city"                    # a dotted path reaches into nested objects
@@ -51,7 +51,7 @@ _TABLE_KEYS = frozenset(
     }
 )
 # How a table's records are decoded: JSON text, or a schema registry's wire format.
-VALUE_FORMATS = ("json", "avro", "json_schema")
+VALUE_FORMATS = ("json", "avro", "json_schema", "protobuf")
 
 
 @dataclass(frozen=True, slots=True)

@@ -125,3 +125,32 @@ def test_a_registry_outage_is_waited_for_not_dead_lettered(
             mirror.wait()
     assert env.sql("SELECT count(*) FROM items") == [(13,)]
     assert env.sql("SELECT count(*) FROM mirror_dead_letters") == [(0,)]
+
+
+def test_protobuf_records_are_decoded_without_the_generated_class(
+    database_url: str, bootstrap_servers: str, make_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    from tests.schema_examples import OrderMessage
+
+    topic = make_topic("mirror-proto")
+    mapping = _mapping(topic).replace('format = "avro"', 'format = "protobuf"')
+    mapping = mapping.replace('name = "name"\nqty = "qty"', 'name = "customer"\nqty = "id"')
+    env = mirror_env(database_url, bootstrap_servers, tmp_path, mapping, DDL)
+    with test_registry() as registry:
+        reg = relay.schema_registry(environ={"RELAY_SCHEMA_REGISTRY_URL": registry.url})
+        proto = relay.protobuf_format(OrderMessage, reg, auto_register=True)
+        records: list[Record] = [
+            (
+                str(n).encode(),
+                proto.serialize(topic, OrderMessage(id=n, customer=f"c{n}"), is_key=False),
+                [],
+            )
+            for n in range(4)
+        ]
+        TxProducer(bootstrap_servers).in_transactions(topic, records, size=2)
+        result = env.run("--once", **_env(registry))
+    assert result.returncode == 0, result.stderr
+    assert env.sql("SELECT id, name, qty FROM items ORDER BY id") == [
+        (n, f"c{n}", n) for n in range(4)
+    ]
+    assert "ALTER TABLE items ADD COLUMN total double precision" in result.stderr

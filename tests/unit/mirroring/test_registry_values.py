@@ -184,3 +184,19 @@ def test_the_mirror_reads_the_registry_settings_when_given() -> None:
     settings = load_mirror_settings(environ=env)
     assert settings.registry is not None
     assert settings.describe()["schema_registry"] == "http://u:***@sr:8081"
+
+
+def test_the_adapter_decodes_protobuf_without_the_generated_class(
+    mock_registry: SchemaRegistry,
+) -> None:
+    from relay.kafka.schema_formats import protobuf_format
+    from tests.schema_examples import OrderMessage
+
+    raw = protobuf_format(OrderMessage, mock_registry, auto_register=True).serialize(
+        "orders", OrderMessage(id=7, customer="ada"), is_key=False
+    )
+    decoder = RegistryValueDecoder(mock_registry)
+    # every field, an unset one with its default; a 64-bit integer as an int
+    assert decoder.decode("protobuf", "orders", raw) == {"id": 7, "customer": "ada", "total": 0.0}
+    with pytest.raises(DecodeError, match=r"protobuf value .* cannot be decoded"):
+        decoder.decode("protobuf", "orders", raw[:6] + b"\xff\xff\xff")
