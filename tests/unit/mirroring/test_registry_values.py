@@ -200,3 +200,21 @@ def test_the_adapter_decodes_protobuf_without_the_generated_class(
     assert decoder.decode("protobuf", "orders", raw) == {"id": 7, "customer": "ada", "total": 0.0}
     with pytest.raises(DecodeError, match=r"protobuf value .* cannot be decoded"):
         decoder.decode("protobuf", "orders", raw[:6] + b"\xff\xff\xff")
+
+
+def test_the_registry_settings_travel_to_spark_tasks() -> None:
+    import pickle
+
+    env = {
+        "RELAY_DATABASE_URL": "postgresql://app:pw@db/app",
+        "RELAY_KAFKA_BOOTSTRAP_SERVERS": "k:9092",
+        "RELAY_MIRROR_CONFIG": "m.toml",
+        "RELAY_SCHEMA_REGISTRY_URL": "http://sr:8081",
+        "RELAY_SCHEMA_REGISTRY_USER": "u",
+        "RELAY_SCHEMA_REGISTRY_PASSWORD": "sr-secret",
+    }
+    settings = load_mirror_settings(environ=env)
+    shipped = pickle.loads(pickle.dumps(settings))  # as Spark ships them to its tasks
+    assert shipped.registry == settings.registry
+    assert shipped.registry.password.reveal() == "sr-secret"
+    assert "sr-secret" not in repr(shipped)
