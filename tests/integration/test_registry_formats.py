@@ -8,6 +8,9 @@ and the outbox stays as it was."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -24,10 +27,11 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from sqlalchemy.pool import NullPool
 
 import relay
+from relay.devenv import Endpoints
 from relay.devenv.databases import libpq_url
 from relay.devenv.waiting import wait_until
 from relay.kafka.schema_formats import SchemaRegistry
-from tests.integration.support import RelayTestEnv, run_relay
+from tests.integration.support import PROJECT_ROOT, RelayTestEnv, run_relay
 from tests.registry_server import TestRegistry, test_registry
 from tests.schema_examples import ORDER_AVRO, ORDER_JSON_SCHEMA, OrderMessage
 
@@ -212,3 +216,26 @@ def test_a_value_the_schema_refuses_fails_the_write_and_nothing_is_written(
             ),
         )
     assert _outbox(relay_env) == []
+
+
+def test_the_avro_example_service_runs_end_to_end(endpoints: Endpoints) -> None:
+    """examples/avro_orders.py: written as Avro, published as it is, decoded unchanged."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
+    env.update(
+        RELAY_DATABASE_URL=endpoints.admin_database_url,
+        RELAY_KAFKA_BOOTSTRAP_SERVERS=endpoints.bootstrap_servers,
+        PYTHONPATH=str(PROJECT_ROOT),  # this checkout's relay, also from a worktree
+    )
+    result = subprocess.run(
+        [sys.executable, str(PROJECT_ROOT / "examples" / "avro_orders.py")],
+        env=env,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "decoded unchanged" in result.stdout
+    assert "the outbox holds the wire format, e.g. 00 00 00 00 01" in result.stdout
+    assert "cleaned up: database" in result.stdout
