@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from relay.errors import ConfigurationError, DeadLetterError, InvalidEventError
 from relay.mirroring.decode import decode
 from relay.mirroring.mapping import load_mapping
+from relay.mirroring.ports import ValueDecoder
 from relay.mirroring.types import Op, RecordHeaders, ResolvedTable
 from relay.postgres.dead_letters import (
     DeadLetterRow,
@@ -45,6 +46,8 @@ from relay.postgres.outbox_replay import key_groups, replay_together
 from relay.publishing.events import decode_headers
 from relay.runtime.secrets import Secret
 from relay.settings.mirror import load_mirror_selection
+from relay.settings.registry import URL, RegistrySettings, load_registry_settings
+from relay.settings.spec import Given
 
 if TYPE_CHECKING:  # commands use the PostgreSQL adapter's handle, never SQLAlchemy itself
     import sqlalchemy as sa
@@ -79,6 +82,7 @@ class MirrorOptions:
 
     mapping_path: str | None = None
     group: str | None = None
+    registry: RegistrySettings | None = None  # for tables of a schema registry format
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +97,8 @@ def load_mirror_options(
     """The mapping (``--mapping``, ``RELAY_MIRROR_CONFIG``) and the group (``--group``,
     ``RELAY_MIRROR_GROUP``) where given: flags win, as for ``relay mirror``."""
     selection = load_mirror_selection(flags, environ)
-    return MirrorOptions(selection.mapping_path, selection.group)
+    registry = load_registry_settings(flags, environ) if Given(flags, environ).origin(URL) else None
+    return MirrorOptions(selection.mapping_path, selection.group, registry)
 
 
 @contextmanager
@@ -150,7 +155,10 @@ def replay(
             return replayed + missing
         mapped, reflected = _mapped_tables(database, mapping_path)
         replayer = MirrorReplayer(database, mapped, reflected)
-        operations = partial(mirror_operations, mapped)
+        decoder = None
+        if mirror is not None and any(t.mapping.value_format != "json" for t in mapped):
+            decoder = _decoder(mirror.registry)
+        operations = partial(mirror_operations, mapped, decoder=decoder)
         return [replayer.replay(i, operations) for i in ids] + missing
 
 
@@ -206,14 +214,25 @@ def outbox_refusal(letter: OutboxDeadLetter) -> str | None:
     return None
 
 
+def _decoder(registry: RegistrySettings | None) -> ValueDecoder:
+    if registry is None:
+        raise ConfigurationError(
+            "the mapping has a schema registry format: set RELAY_SCHEMA_REGISTRY_URL"
+            " (or --schema-registry-url) to replay its dead letters"
+        )
+    from relay.kafka.schema_decoding import registry_decoder  # confluent's registry extra
+
+    return registry_decoder(registry)
+
+
 def mirror_operations(
-    tables: Sequence[ResolvedTable], letter: MirrorDeadLetter
+    tables: Sequence[ResolvedTable], letter: MirrorDeadLetter, decoder: ValueDecoder | None = None
 ) -> Sequence[Op] | str:
     """The record's row operations, as the mirror decodes it, or why there are none."""
     taking = [t for t in tables if letter.topic in t.mapping.topics]
     if not taking:
         return f"topic {letter.topic} is not in the mirror's mapping"
-    decoded = decode(letter.record(), taking)
+    decoded = decode(letter.record(), taking, decoder)
     if decoded.error is not None:
         return decoded.error
     if decoded.skipped:

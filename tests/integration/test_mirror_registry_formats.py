@@ -127,6 +127,7 @@ def test_a_registry_outage_is_waited_for_not_dead_lettered(
     assert env.sql("SELECT count(*) FROM mirror_dead_letters") == [(0,)]
 
 
+@pytest.mark.long(30)
 def test_protobuf_records_are_decoded_without_the_generated_class(
     database_url: str, bootstrap_servers: str, make_topic: Callable[..., str], tmp_path: Path
 ) -> None:
@@ -154,3 +155,26 @@ def test_protobuf_records_are_decoded_without_the_generated_class(
         (n, f"c{n}", n) for n in range(4)
     ]
     assert "ALTER TABLE items ADD COLUMN total double precision" in result.stderr
+
+
+@pytest.mark.long(60)
+def test_a_dead_letter_of_a_registry_format_is_replayed_through_the_registry(
+    database_url: str, bootstrap_servers: str, make_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    topic = make_topic("mirror-avro-replay")
+    env = mirror_env(database_url, bootstrap_servers, tmp_path, _mapping(topic), DDL)
+    with test_registry() as written, test_registry() as empty:
+        TxProducer(bootstrap_servers).in_transactions(topic, _records(written, topic)[:2], size=2)
+        # mirrored against a registry that does not know the schema ids: dead letters
+        result = env.run("--once", **_env(empty))
+        assert result.returncode == 0, result.stderr
+        assert env.sql("SELECT count(*) FROM mirror_dead_letters") == [(2,)]
+        without = env.dead_letters("replay", "--all", "--yes")
+        assert without.returncode == 2, without.stderr
+        assert "set RELAY_SCHEMA_REGISTRY_URL" in without.stderr
+        replayed = env.relay(
+            "dead-letters", "replay", "--all", "--yes", "--mirror", **_env(written)
+        )
+        assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert env.sql("SELECT id, name FROM items ORDER BY id") == [(0, "i0"), (1, "i1")]
+    assert env.sql("SELECT count(*) FROM mirror_dead_letters") == [(0,)]
