@@ -218,3 +218,19 @@ def test_the_registry_settings_travel_to_spark_tasks() -> None:
     assert shipped.registry == settings.registry
     assert shipped.registry.password.reveal() == "sr-secret"
     assert "sr-secret" not in repr(shipped)
+
+
+def test_a_registry_format_without_a_registry_stops_the_mirror_at_start_up() -> None:
+    from relay.commands.mirror import value_decoder
+
+    env = {
+        "RELAY_DATABASE_URL": "postgresql://app:pw@db/app",
+        "RELAY_KAFKA_BOOTSTRAP_SERVERS": "k:9092",
+        "RELAY_MIRROR_CONFIG": "m.toml",
+    }
+    settings = load_mirror_settings(environ=env)
+    assert value_decoder(settings, [_table(format="json")]) is None
+    with pytest.raises(ConfigurationError, match="table orders_mirror has a schema registry"):
+        value_decoder(settings, [_table()])
+    with_registry = load_mirror_settings(environ=env | {"RELAY_SCHEMA_REGISTRY_URL": "mock://"})
+    assert isinstance(value_decoder(with_registry, [_table()]), RegistryValueDecoder)
