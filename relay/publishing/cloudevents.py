@@ -15,7 +15,9 @@ The record's value stays the event's data as it is; the relay adds the attribute
   from its commit marker (``outbox_commits.committed_at``); rows sequenced before the
   marker had the column carry none (the attribute is optional);
 * ``content-type`` (the ``datacontenttype``): ``application/json`` when the record has a
-  value; a tombstone (no value) is an event with no data and has none.
+  value; a tombstone (no value) is an event with no data and has none, and a value in the
+  Confluent wire format (Avro, Protobuf, JSON Schema through a schema registry: magic byte
+  0) none either, unless the event gives its own ``content-type`` header.
 
 An attribute the event already carries as a header of its own (``ce_subject``, or its own
 ``ce_source`` or ``content-type``, say) is kept as it is and not added again: each
@@ -40,6 +42,7 @@ from relay.publishing.types import Headers, OutboxRecord
 SPEC_VERSION = b"1.0"
 JSON_CONTENT_TYPE = b"application/json"
 CONTENT_TYPE = "content-type"
+WIRE_FORMAT_MAGIC = b"\x00"
 PREFIX = "ce_"
 NO_TYPE = "a CloudEvents topic's event needs an event type (ce_type): this row has none"
 
@@ -57,6 +60,13 @@ def rfc3339(millis: int) -> bytes:
         t.tm_sec,
         millis % 1000,
     )
+
+
+def _json_data(value: bytes | None) -> bool:
+    """Whether ``value`` is taken for JSON data: any value but a tombstone and the
+    Confluent wire format (magic byte 0, which no JSON text starts with), the bytes of the
+    write API's schema registry formats (relay.publishing.formats)."""
+    return value is not None and value[:1] != WIRE_FORMAT_MAGIC
 
 
 def _event_id(record: OutboxRecord) -> bytes:
@@ -116,7 +126,7 @@ class CloudEvents:
         )
         if record.committed_ms > 0:
             added += (("ce_time", rfc3339(record.committed_ms)),)
-        if record.value is not None:
+        if _json_data(record.value):
             added += ((CONTENT_TYPE, JSON_CONTENT_TYPE),)
         return own + added
 
@@ -134,7 +144,7 @@ class CloudEvents:
             wanted.append(("ce_type", record.event_type.encode()))
         if record.committed_ms > 0:
             wanted.append(("ce_time", rfc3339(record.committed_ms)))
-        if record.value is not None:
+        if _json_data(record.value):
             wanted.append((CONTENT_TYPE, JSON_CONTENT_TYPE))
         return (*record.headers, *((n, v) for n, v in wanted if n not in own))
 

@@ -91,6 +91,23 @@ def test_a_tombstone_has_no_content_type_and_an_unknown_commit_time_no_ce_time()
     }
 
 
+def test_a_schema_registry_value_is_not_said_to_be_json() -> None:
+    """A value in the Confluent wire format (magic byte 0, schema id: what the write API's
+    Avro, Protobuf and JSON Schema formats write) is not JSON: no content-type is claimed
+    (the attribute is optional); one the event brings is kept."""
+    avro = b"\x00\x00\x00\x00\x07\x02\x0aorder"
+    headers = EVENTS.headers(row(1, value=avro))
+    assert headers is not None
+    assert "content-type" not in dict(headers)
+    own: Headers = (("event-id", EVENT_ID), ("content-type", b"application/avro"))
+    kept = EVENTS.headers(row(1, value=avro, headers=own))
+    assert kept is not None
+    assert dict(kept)["content-type"] == b"application/avro"
+    bare = EVENTS.headers(row(1, value=avro, headers=(("ce_subject", b"order/1"),)))
+    assert bare is not None
+    assert "content-type" not in dict(bare)
+
+
 def test_a_row_without_an_event_id_is_identified_by_its_outbox_id() -> None:
     headers = EVENTS.headers(row(7, headers=()))
     assert headers is not None
