@@ -1,14 +1,15 @@
 """A service that writes its order events as Avro through a schema registry; the relay
 publishes them without knowing the format; a plain consumer decodes them with
-confluent-kafka's AvroDeserializer.
+confluent-kafka's AvroDeserializer, and the mirror applies them to typed columns.
 
     python examples/avro_orders.py [--keep]
     (RELAY_DATABASE_URL / RELAY_KAFKA_BOOTSTRAP_SERVERS; RELAY_SCHEMA_REGISTRY_URL,
      _USER, _PASSWORD for your registry)
 
-Needs the extra ``outbox-relay[registry]``. Without RELAY_SCHEMA_REGISTRY_URL it uses
-confluent-kafka's in-process registry (``mock://``), which lives in this process only:
-the schema is registered there, as your deployment pipeline would register it in yours.
+Needs the extra ``outbox-relay[registry]``. Without RELAY_SCHEMA_REGISTRY_URL it serves
+the development stand-in registry (relay.devenv.registry, never for production) on
+127.0.0.1 for its own run, and registers the schema there, as your deployment pipeline
+would register it in yours.
 Like examples/orders_demo.py (whose helpers it shares) it makes a database and a topic of
 its own and drops them when it ends, unless ``--keep``.
 """
@@ -19,11 +20,14 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import sqlalchemy as sa
 from confluent_kafka import Consumer
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from orders_demo import (  # examples/ is this script's directory, so on sys.path
@@ -42,6 +46,7 @@ from orders_demo import (  # examples/ is this script's directory, so on sys.pat
 from sqlalchemy.orm import Session
 
 import relay
+from relay.devenv.registry import local_registry
 from relay.kafka.schema_formats import SchemaRegistry
 
 ORDER_SCHEMA = json.dumps(
@@ -58,13 +63,38 @@ ORDER_SCHEMA = json.dumps(
 )
 
 
-def registry() -> SchemaRegistry:
-    """Yours (RELAY_SCHEMA_REGISTRY_*), or the in-process one with the schema registered."""
+MIRROR_DDL = """
+CREATE TABLE orders_avro_mirror (
+    id bigint PRIMARY KEY,
+    customer text NOT NULL,
+    total_cents bigint NOT NULL,
+    source_seq bigint NOT NULL
+)
+"""
+MIRROR_MAPPING = """
+[[tables]]
+table = "orders_avro_mirror"
+topics = ["{topic}"]
+format = "avro"                      # decoded through the schema registry
+key = {{ pattern = '^order-(?P<id>[0-9]+)$' }}
+version = {{ column = "source_seq", source = "header:outbox-seq" }}
+
+[tables.columns]                     # table column = field of the Avro record
+customer = "customer"
+total_cents = "total_cents"
+"""
+
+
+@contextmanager
+def registry_url() -> Iterator[str]:
+    """Yours (RELAY_SCHEMA_REGISTRY_URL), or the development stand-in for this run, with
+    the order schema registered."""
     if os.environ.get("RELAY_SCHEMA_REGISTRY_URL"):
-        return relay.schema_registry()
-    client = SchemaRegistryClient.new_client({"url": "mock://avro-orders"})
-    client.register_schema(f"{TOPIC}-value", Schema(ORDER_SCHEMA, "AVRO"))
-    return SchemaRegistry(client, "mock://avro-orders")
+        yield os.environ["RELAY_SCHEMA_REGISTRY_URL"]
+        return
+    with local_registry() as local:
+        local.register(f"{TOPIC}-value", ORDER_SCHEMA)
+        yield local.url
 
 
 def read_back(bootstrap: str, reg: SchemaRegistry, expected: int) -> list[dict[str, object]]:
@@ -93,13 +123,15 @@ def read_back(bootstrap: str, reg: SchemaRegistry, expected: int) -> list[dict[s
     return orders
 
 
-def run(admin_url: str, bootstrap: str) -> int:
-    reg = registry()
+def run(admin_url: str, bootstrap: str, url: str) -> int:
+    os.environ.setdefault("RELAY_SCHEMA_REGISTRY_URL", url)
+    reg = relay.schema_registry()
     orders = relay.avro_format(ORDER_SCHEMA, reg)  # looks the schema up; never registers
     print(f"0. a demo database {DATABASE} and topic {TOPIC}; registry {reg.shown_url}")
     database_url = create_demo_database(admin_url)
     env = {
         **os.environ,
+        "RELAY_SCHEMA_REGISTRY_URL": url,
         "RELAY_DATABASE_URL": database_url,
         "RELAY_TRANSACTIONAL_ID_PREFIX": f"demo-{RUN_ID}",
         "RELAY_POSITIONS_GROUP": POSITIONS_GROUP,
@@ -134,14 +166,39 @@ def run(admin_url: str, bootstrap: str) -> int:
         print(f"   {order}")
     same = got == [{"id": i, "customer": c, "total_cents": t} for i, c, t in placed]
     print("decoded unchanged" if same else "MISMATCH")
-    return 0 if same else 1
+
+    print("4. the mirror decodes them through the registry into typed columns:")
+    print('   relay mirror --once  (format = "avro" in the mapping)')
+    engine = sa.create_engine(database_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text(MIRROR_DDL))
+    with tempfile.TemporaryDirectory() as scratch:
+        mapping = Path(scratch) / "mirror.toml"
+        mapping.write_text(MIRROR_MAPPING.format(topic=TOPIC))
+        mirror_env = {
+            **env,
+            "RELAY_MIRROR_CONFIG": str(mapping),
+            "RELAY_MIRROR_GROUP": f"demo-{RUN_ID}-avro-mirror",
+        }
+        subprocess.run([*relay_cli, "mirror", "--once"], env=mirror_env, check=True, cwd=ROOT)
+    with engine.connect() as conn:
+        mirrored = conn.execute(
+            sa.text("SELECT id, customer, total_cents FROM orders_avro_mirror ORDER BY id")
+        ).all()
+    engine.dispose()
+    for row in mirrored:
+        print(f"   {tuple(row)}")
+    applied = [tuple(row) for row in mirrored] == placed
+    print("orders_avro_mirror equals the events" if applied else "orders_avro_mirror DIFFERS")
+    return 0 if same and applied else 1
 
 
 def main() -> int:
     admin_url = os.environ["RELAY_DATABASE_URL"]
     bootstrap = os.environ["RELAY_KAFKA_BOOTSTRAP_SERVERS"]
     try:
-        return run(admin_url, bootstrap)
+        with registry_url() as url:
+            return run(admin_url, bootstrap, url)
     finally:  # also on an error or Ctrl-C
         if keep_asked():
             print(f"kept: database {DATABASE}, topic {TOPIC}")

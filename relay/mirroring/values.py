@@ -35,10 +35,11 @@ def parse_value(raw: bytes, topic: str, value_format: str, decoder: ValueDecoder
 def unmapped_fields(value: object, table: TableMapping) -> list[tuple[str, str, str]]:
     """(table, field, the ALTER TABLE to run) of each top-level field of a registry-format
     ``value`` that no column of ``table`` reads: a field added upstream that the table has
-    no column for yet (JSON values are free-form: not reported)."""
+    no column for yet (JSON values are free-form: not reported). A field named like a column
+    the table fills from elsewhere (its key, its version) has its column: not reported."""
     if table.value_format == "json" or not isinstance(value, Mapping):
         return []
-    fields = sorted(set(value) - _read_fields(table))
+    fields = sorted(set(value) - _read_fields(table) - set(table.all_columns))
     return [(table.table, f, add_column_hint(table, f, value[f])) for f in fields]
 
 

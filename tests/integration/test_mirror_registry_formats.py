@@ -1,5 +1,5 @@
 """The mirror decodes Avro records through a schema registry into columns, on the real
-PostgreSQL and Kafka with the local stand-in registry (tests/registry_server.py): a field
+PostgreSQL and Kafka with the local stand-in registry (relay.devenv.registry): a field
 added upstream is reported once (the ALTER TABLE to run) and the rest of its rows
 applied; a record that is itself undecodable (not the wire format, an unknown schema id)
 is dead-lettered with its reason; a registry out of reach is waited for, never a reason
@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import relay
+from relay.devenv.registry import LocalRegistry, local_registry
 from relay.devenv.waiting import wait_until
 from tests.integration.mirror_support import (
     MirrorEnv,
@@ -23,7 +24,6 @@ from tests.integration.mirror_support import (
     last_stable_offsets,
     mirror_env,
 )
-from tests.registry_server import TestRegistry, test_registry
 
 ITEM_V1 = {
     "type": "record",
@@ -53,7 +53,7 @@ qty = "qty"
 """
 
 
-def _records(registry: TestRegistry, topic: str) -> list[Record]:
+def _records(registry: LocalRegistry, topic: str) -> list[Record]:
     reg = relay.schema_registry(environ={"RELAY_SCHEMA_REGISTRY_URL": registry.url})
     v1 = relay.avro_format(json.dumps(ITEM_V1), reg, auto_register=True)
     v2 = relay.avro_format(json.dumps(ITEM_V2), reg, auto_register=True)
@@ -72,7 +72,7 @@ def _records(registry: TestRegistry, topic: str) -> list[Record]:
     return records
 
 
-def _env(registry: TestRegistry) -> dict[str, str]:
+def _env(registry: LocalRegistry) -> dict[str, str]:
     return {"RELAY_SCHEMA_REGISTRY_URL": registry.url, "RELAY_SCHEMA_REGISTRY_RETRIES": "0"}
 
 
@@ -81,7 +81,7 @@ def test_avro_records_are_applied_new_fields_reported_bad_ones_dead_lettered(
 ) -> None:
     topic = make_topic("mirror-avro")
     env = mirror_env(database_url, bootstrap_servers, tmp_path, _mapping(topic), DDL)
-    with test_registry() as registry:
+    with local_registry() as registry:
         records = _records(registry, topic)
         records.insert(3, (b"98", b'{"name": "json", "qty": 1}', []))  # not the wire format
         records.insert(8, (b"99", struct.pack(">bI", 0, 4242) + b"\x02", []))  # unknown id
@@ -106,7 +106,7 @@ def test_a_registry_outage_is_waited_for_not_dead_lettered(
 ) -> None:
     topic = make_topic("mirror-avro-down")
     env: MirrorEnv = mirror_env(database_url, bootstrap_servers, tmp_path, _mapping(topic), DDL)
-    registry = TestRegistry()
+    registry = LocalRegistry()
     TxProducer(bootstrap_servers).in_transactions(topic, _records(registry, topic), size=5)
     registry.stop()  # down before the mirror starts
     log = tmp_path / "mirror.log"
@@ -114,7 +114,7 @@ def test_a_registry_outage_is_waited_for_not_dead_lettered(
     try:
         wait_until(lambda: "retrying" in log.read_text(), 60, "the mirror to wait for the registry")
         assert env.sql("SELECT count(*) FROM mirror_dead_letters") == [(0,)]
-        back = TestRegistry(port=registry.port, state=registry.state)  # the registry is back
+        back = LocalRegistry(port=registry.port, state=registry.state)  # the registry is back
         try:
             assert mirror.wait(timeout=90) == 0, log.read_text()
         finally:
@@ -137,7 +137,7 @@ def test_protobuf_records_are_decoded_without_the_generated_class(
     mapping = _mapping(topic).replace('format = "avro"', 'format = "protobuf"')
     mapping = mapping.replace('name = "name"\nqty = "qty"', 'name = "customer"\nqty = "id"')
     env = mirror_env(database_url, bootstrap_servers, tmp_path, mapping, DDL)
-    with test_registry() as registry:
+    with local_registry() as registry:
         reg = relay.schema_registry(environ={"RELAY_SCHEMA_REGISTRY_URL": registry.url})
         proto = relay.protobuf_format(OrderMessage, reg, auto_register=True)
         records: list[Record] = [
@@ -163,7 +163,7 @@ def test_a_dead_letter_of_a_registry_format_is_replayed_through_the_registry(
 ) -> None:
     topic = make_topic("mirror-avro-replay")
     env = mirror_env(database_url, bootstrap_servers, tmp_path, _mapping(topic), DDL)
-    with test_registry() as written, test_registry() as empty:
+    with local_registry() as written, local_registry() as empty:
         TxProducer(bootstrap_servers).in_transactions(topic, _records(written, topic)[:2], size=2)
         # mirrored against a registry that does not know the schema ids: dead letters
         result = env.run("--once", **_env(empty))

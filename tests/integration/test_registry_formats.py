@@ -1,5 +1,5 @@
 """Schema Registry formats end to end on the real PostgreSQL and Kafka, with the local
-stand-in registry (tests/registry_server.py, basic auth on): a service writes Avro,
+stand-in registry (relay.devenv.registry, basic auth on): a service writes Avro,
 Protobuf and JSON Schema events through the write API, ``relay run --once`` publishes
 them, and a plain confluent-kafka consumer with the registry's deserializers reads them
 unchanged. A registry outage and a value the schema refuses fail the service's write,
@@ -29,22 +29,22 @@ from sqlalchemy.pool import NullPool
 import relay
 from relay.devenv import Endpoints
 from relay.devenv.databases import libpq_url
+from relay.devenv.registry import LocalRegistry, local_registry
 from relay.devenv.waiting import wait_until
 from relay.kafka.schema_formats import SchemaRegistry
 from tests.integration.support import PROJECT_ROOT, RelayTestEnv, run_relay
-from tests.registry_server import TestRegistry, test_registry
 from tests.schema_examples import ORDER_AVRO, ORDER_JSON_SCHEMA, OrderMessage
 
 USER, PASSWORD = "svc", "pw-7c1e"
 
 
 @pytest.fixture
-def standin() -> Iterator[TestRegistry]:
-    with test_registry(user=USER, password=PASSWORD) as registry:
+def standin() -> Iterator[LocalRegistry]:
+    with local_registry(user=USER, password=PASSWORD) as registry:
         yield registry
 
 
-def _env(standin: TestRegistry) -> dict[str, str]:
+def _env(standin: LocalRegistry) -> dict[str, str]:
     return {
         "RELAY_SCHEMA_REGISTRY_URL": standin.url,
         "RELAY_SCHEMA_REGISTRY_USER": USER,
@@ -53,7 +53,7 @@ def _env(standin: TestRegistry) -> dict[str, str]:
     }
 
 
-def _client(standin: TestRegistry) -> SchemaRegistryClient:
+def _client(standin: LocalRegistry) -> SchemaRegistryClient:
     """The consumer side's own client, as any other team would configure it."""
     return SchemaRegistryClient({"url": standin.url, "basic.auth.user.info": f"{USER}:{PASSWORD}"})
 
@@ -99,7 +99,7 @@ def _outbox(relay_env: RelayTestEnv) -> list[tuple[object, ...]]:
 
 
 def test_avro_events_reach_a_plain_avro_consumer_unchanged(
-    relay_env: RelayTestEnv, topic: str, standin: TestRegistry
+    relay_env: RelayTestEnv, topic: str, standin: LocalRegistry
 ) -> None:
     value_id = standin.register(f"{topic}-value", ORDER_AVRO)  # the deployment pipeline's
     standin.register(f"{topic}-key", '"string"')
@@ -136,7 +136,7 @@ def test_avro_events_reach_a_plain_avro_consumer_unchanged(
 
 
 def test_protobuf_and_json_schema_round_trip(
-    relay_env: RelayTestEnv, make_topic: Callable[..., str], standin: TestRegistry
+    relay_env: RelayTestEnv, make_topic: Callable[..., str], standin: LocalRegistry
 ) -> None:
     proto_topic, json_topic = make_topic(), make_topic()
     registry = relay.schema_registry(environ=_env(standin))
@@ -171,7 +171,7 @@ def test_protobuf_and_json_schema_round_trip(
 def test_a_registry_outage_fails_the_write_and_leaves_the_outbox_unchanged(
     relay_env: RelayTestEnv, topic: str
 ) -> None:
-    down = TestRegistry(user=USER, password=PASSWORD)
+    down = LocalRegistry(user=USER, password=PASSWORD)
     down.register(f"{topic}-value", ORDER_AVRO)
     registry = relay.schema_registry(environ=_env(down))
     orders = relay.avro_format(ORDER_AVRO, registry)
@@ -191,7 +191,7 @@ def test_a_registry_outage_fails_the_write_and_leaves_the_outbox_unchanged(
 
 
 def test_a_value_the_schema_refuses_fails_the_write_and_nothing_is_written(
-    relay_env: RelayTestEnv, topic: str, standin: TestRegistry
+    relay_env: RelayTestEnv, topic: str, standin: LocalRegistry
 ) -> None:
     standin.register(f"{topic}-value", ORDER_AVRO)
     registry: SchemaRegistry = relay.schema_registry(environ=_env(standin))
@@ -219,7 +219,9 @@ def test_a_value_the_schema_refuses_fails_the_write_and_nothing_is_written(
 
 
 def test_the_avro_example_service_runs_end_to_end(endpoints: Endpoints) -> None:
-    """examples/avro_orders.py: written as Avro, published as it is, decoded unchanged."""
+    """examples/avro_orders.py: written as Avro, published as it is, decoded unchanged by a
+    plain consumer, and applied by the mirror to typed columns, through the development
+    stand-in registry it serves itself."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
     env.update(
         RELAY_DATABASE_URL=endpoints.admin_database_url,
@@ -237,5 +239,8 @@ def test_the_avro_example_service_runs_end_to_end(endpoints: Endpoints) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "decoded unchanged" in result.stdout
+    assert "orders_avro_mirror equals the events" in result.stdout
+    assert "   (2, 'grace', 2099)" in result.stdout  # typed columns: bigint, text, bigint
+    assert "WARNING" not in result.stdout + result.stderr
     assert "the outbox holds the wire format, e.g. 00 00 00 00 01" in result.stdout
     assert "cleaned up: database" in result.stdout

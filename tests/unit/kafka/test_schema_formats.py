@@ -3,7 +3,7 @@ format, subject name strategies, auto-registration off unless asked, the latest 
 on request, and every failure a clear error of our tree with the password masked.
 
 Against the client's in-process registry (``mock://``) and, for the HTTP path, the
-stand-in registry the tests serve themselves (tests/registry_server.py)."""
+stand-in registry the tests serve themselves (relay.devenv.registry)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from confluent_kafka.schema_registry.json_schema import JSONDeserializer
 from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from relay.devenv.registry import LocalRegistry, local_registry
 from relay.errors import (
     ConfigurationError,
     InvalidEventError,
@@ -35,7 +36,6 @@ from relay.kafka.schema_formats import (
 from relay.publishing.events import Event, outbox_rows
 from relay.settings.registry import load_registry_settings
 from relay.testing import capture_events
-from tests.registry_server import TestRegistry, test_registry
 from tests.schema_examples import ORDER_AVRO, ORDER_AVRO_V2, ORDER_JSON_SCHEMA, OrderMessage
 
 ORDER = {"id": 42, "customer": "ada", "total": 99.5}
@@ -48,12 +48,12 @@ def mock_client() -> Iterator[SchemaRegistryClient]:
 
 
 @pytest.fixture
-def standin() -> Iterator[TestRegistry]:
-    with test_registry(user="svc", password="s3cret-pw") as registry:
+def standin() -> Iterator[LocalRegistry]:
+    with local_registry(user="svc", password="s3cret-pw") as registry:
         yield registry
 
 
-def _registry_env(standin: TestRegistry, password: str = "s3cret-pw") -> dict[str, str]:
+def _registry_env(standin: LocalRegistry, password: str = "s3cret-pw") -> dict[str, str]:
     return {
         "RELAY_SCHEMA_REGISTRY_URL": standin.url,
         "RELAY_SCHEMA_REGISTRY_USER": "svc",
@@ -76,7 +76,7 @@ def test_avro_value_in_the_confluent_wire_format(mock_client: SchemaRegistryClie
     assert AvroDeserializer(mock_client)(data, VALUE) == ORDER
 
 
-def test_auto_registration_is_off_by_default(standin: TestRegistry) -> None:
+def test_auto_registration_is_off_by_default(standin: LocalRegistry) -> None:
     registry = schema_registry(environ=_registry_env(standin))
     with pytest.raises(SerializationError, match=r"not registered .*register the schema first"):
         avro_format(ORDER_AVRO, registry).serialize("orders", ORDER, is_key=False)
@@ -84,7 +84,7 @@ def test_auto_registration_is_off_by_default(standin: TestRegistry) -> None:
     assert "POST /subjects/orders-value" in standin.state.requests
 
 
-def test_a_schema_registered_by_the_pipeline_is_looked_up(standin: TestRegistry) -> None:
+def test_a_schema_registered_by_the_pipeline_is_looked_up(standin: LocalRegistry) -> None:
     number = standin.register("orders-value", ORDER_AVRO)
     registry = schema_registry(environ=_registry_env(standin))
     data = avro_format(ORDER_AVRO, registry).serialize("orders", ORDER, is_key=False)
@@ -92,7 +92,7 @@ def test_a_schema_registered_by_the_pipeline_is_looked_up(standin: TestRegistry)
     assert AvroDeserializer(registry.client)(data, VALUE) == ORDER
 
 
-def test_auto_register_on_request_and_the_subject_strategies(standin: TestRegistry) -> None:
+def test_auto_register_on_request_and_the_subject_strategies(standin: LocalRegistry) -> None:
     registry = schema_registry(environ=_registry_env(standin))
     for strategy in ("topic", "record", "topic_record"):
         avro_format(ORDER_AVRO, registry, auto_register=True, subject_strategy=strategy).serialize(
@@ -109,7 +109,7 @@ def test_auto_register_on_request_and_the_subject_strategies(standin: TestRegist
         avro_format(ORDER_AVRO, registry, subject_strategy="topics")  # type: ignore[arg-type]
 
 
-def test_use_latest_version_serializes_with_the_subjects_latest(standin: TestRegistry) -> None:
+def test_use_latest_version_serializes_with_the_subjects_latest(standin: LocalRegistry) -> None:
     standin.register("orders-value", ORDER_AVRO)
     latest = standin.register("orders-value", ORDER_AVRO_V2)
     registry = schema_registry(environ=_registry_env(standin))
@@ -157,7 +157,7 @@ def test_json_schema_and_protobuf_round_trip(mock_client: SchemaRegistryClient) 
 
 
 def test_a_registry_outage_is_retriable_and_masks_the_password() -> None:
-    registry = TestRegistry(user="svc", password="s3cret-pw")
+    registry = LocalRegistry(user="svc", password="s3cret-pw")
     env = _registry_env(registry)
     registry.stop()  # the registry is down
     env["RELAY_SCHEMA_REGISTRY_URL"] = env["RELAY_SCHEMA_REGISTRY_URL"].replace(
@@ -174,7 +174,7 @@ def test_a_registry_outage_is_retriable_and_masks_the_password() -> None:
     assert "svc:***@127.0.0.1" in str(caught.value)
 
 
-def test_wrong_credentials_are_refused_without_showing_them(standin: TestRegistry) -> None:
+def test_wrong_credentials_are_refused_without_showing_them(standin: LocalRegistry) -> None:
     standin.register("orders-value", ORDER_AVRO)
     registry = schema_registry(environ=_registry_env(standin, password="wrong-pw"))
     with pytest.raises(SchemaRegistryError, match="refused: Unauthorized") as caught:

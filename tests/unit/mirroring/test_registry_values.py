@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
+from relay.devenv.registry import LocalRegistry
 from relay.errors import (
     ConfigurationError,
     DecodeError,
@@ -28,7 +29,6 @@ from relay.mirroring.decode import decode
 from relay.mirroring.mapping import parse_mapping
 from relay.mirroring.types import ColumnKind, KafkaRecord, ResolvedTable, Upsert
 from relay.settings.mirror import load_mirror_settings
-from tests.registry_server import TestRegistry
 from tests.schema_examples import ORDER_AVRO, ORDER_AVRO_V2
 
 K = ColumnKind
@@ -85,6 +85,14 @@ def test_a_decoded_value_fills_the_columns_and_a_new_field_is_reported() -> None
     assert decoded.unmapped == (
         ("orders_mirror", "coupon", "ALTER TABLE orders_mirror ADD COLUMN coupon text"),
     )
+
+
+def test_a_field_named_like_a_column_filled_from_elsewhere_is_not_reported() -> None:
+    """The table has the column (filled from the key here): no ALTER TABLE to suggest."""
+    value = {"id": 1, "order_key": "o-1", "customer": "ada", "total": 9.5}
+    decoded = decode(_record(b"\0..."), [_table()], FakeDecoder(value))
+    assert decoded.error is None
+    assert decoded.unmapped == ()
 
 
 def test_an_undecodable_record_is_a_dead_letter_and_an_outage_is_not() -> None:
@@ -153,7 +161,7 @@ def test_the_adapter_names_what_is_wrong_with_an_undecodable_record(
 
 
 def test_a_registry_out_of_reach_is_retriable() -> None:
-    down = TestRegistry()
+    down = LocalRegistry()
     env = {"RELAY_SCHEMA_REGISTRY_URL": down.url, "RELAY_SCHEMA_REGISTRY_RETRIES": "0"}
     down.stop()
     decoder = RegistryValueDecoder(schema_registry(environ=env))

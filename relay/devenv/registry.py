@@ -1,7 +1,9 @@
-"""A local stand-in for a Confluent Schema Registry, served by the tests themselves.
+"""A local stand-in for a Confluent Schema Registry, for development: the demo and the
+tests serve it themselves, in a thread, on 127.0.0.1 (a free port).
 
-Only the endpoints confluent-kafka's serializers and deserializers call (no registry can
-be installed here): register (``POST /subjects/{s}/versions``), look up
+Never for production (use Confluent Schema Registry, Karapace, Redpanda or Apicurio's
+ccompat API there: docs/formats.md). Only the endpoints confluent-kafka's serializers and
+deserializers call: register (``POST /subjects/{s}/versions``), look up
 (``POST /subjects/{s}``), a schema by id (``GET /schemas/ids/{id}``), a subject's version
 (``GET /subjects/{s}/versions/{v|latest}``). Schemas are kept as the client sends them
 and compared as text (no normalisation, no compatibility checks). Basic auth is checked
@@ -124,7 +126,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             self._reply(200, self._registered(subject, version, ids[version - 1]))
             return
-        self._error(404, 404, f"no such endpoint in the test registry: GET {path}")
+        self._error(404, 404, f"no such endpoint in the local registry: GET {path}")
 
     def do_POST(self) -> None:
         path = urlsplit(self.path).path
@@ -158,7 +160,7 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._reply(200, self._registered(subject, ids.index(found[0]) + 1, found[0]))
             return
-        self._error(404, 404, f"no such endpoint in the test registry: POST {path}")
+        self._error(404, 404, f"no such endpoint in the local registry: POST {path}")
 
     def _registered(self, subject: str, version: int, number: int) -> dict[str, Any]:
         with self.server.state.lock:
@@ -180,10 +182,8 @@ class _Server(ThreadingHTTPServer):
         self.state = state or RegistryState()
 
 
-class TestRegistry:
+class LocalRegistry:
     """A running stand-in registry on 127.0.0.1 (a free port)."""
-
-    __test__ = False  # not a pytest class
 
     def __init__(
         self,
@@ -219,12 +219,10 @@ class TestRegistry:
 
 
 @contextmanager
-def test_registry(user: str | None = None, password: str | None = None) -> Iterator[TestRegistry]:
-    registry = TestRegistry(user, password)
+def local_registry(user: str | None = None, password: str | None = None) -> Iterator[LocalRegistry]:
+    """A :class:`LocalRegistry` for the ``with`` block."""
+    registry = LocalRegistry(user, password)
     try:
         yield registry
     finally:
         registry.stop()
-
-
-test_registry.__test__ = False  # type: ignore[attr-defined]
