@@ -18,6 +18,7 @@ second one waits, then finds the offset moved and rolls back without writing a r
 from __future__ import annotations
 
 import base64
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from itertools import groupby
 from typing import Literal
@@ -40,7 +41,8 @@ from relay.mirroring.types import (
     TopicPartitionKey,
     Upsert,
 )
-from relay.postgres.engine import Database, driver_message
+from relay.postgres.engine import Database, driver_message, is_transient
+from relay.postgres.mirror_bulk import BulkWriter
 from relay.postgres.mirror_freshness import store_heartbeats
 from relay.postgres.mirror_statements import TableStatements
 from relay.postgres.schema import mirror_dead_letters, mirror_offsets
@@ -71,6 +73,8 @@ _RESET = sa.text(
     "WHERE consumer_group = :group AND topic = :topic AND partition = :partition "
     "AND next_offset = :expected AND topic_id IS NOT DISTINCT FROM :old_id"
 )
+log = logging.getLogger(__name__)
+
 _INSERT_DEAD = postgresql.insert(mirror_dead_letters).on_conflict_do_nothing(
     index_elements=["consumer_group", "topic", "partition", "offset"]
 )
@@ -89,6 +93,8 @@ class PostgresMirrorStore:
         self._database = database
         self._group = group
         self._statements = {t.table: TableStatements(t, reflected[t.table]) for t in tables}
+        self._bulk = BulkWriter(tables, reflected, self.run_operations)
+        self._bulk_warned = False
 
     def stored_offsets(
         self, partitions: Sequence[TopicPartitionKey]
@@ -148,13 +154,23 @@ class PostgresMirrorStore:
         items = batch.items
         dead = [DeadLetter(item.record, item.error) for item in items if item.error is not None]
         with_ops = [item for item in items if item.ops]
-        try:
-            with conn.begin_nested():
-                self.run_operations(conn, [op for item in with_ops for op in item.ops])
-            return len(with_ops), dead
-        except DBAPIError as exc:
-            if _record_fault(exc) is None:
-                raise
+        ops = [op for item in with_ops for op in item.ops]
+        by_record = False  # the bulk path failed on a record: find it record by record
+        if ops:
+            try:
+                with conn.begin_nested():
+                    self._bulk.apply(conn, ops)
+                return len(with_ops), dead
+            except DBAPIError as exc:
+                by_record = self._bulk_failed(exc, batch)
+        if not by_record:
+            try:
+                with conn.begin_nested():
+                    self.run_operations(conn, ops)
+                return len(with_ops), dead
+            except DBAPIError as exc:
+                if _record_fault(exc) is None:
+                    raise
         applied = 0
         for item in with_ops:  # one savepoint per record: the good ones still apply
             try:
@@ -175,6 +191,26 @@ class PostgresMirrorStore:
                 dead.append(DeadLetter(item.record, reason))
         dead.sort(key=lambda d: d.record.offset)
         return applied, dead
+
+    def _bulk_failed(self, exc: DBAPIError, batch: Batch) -> bool:
+        """After the bulk statements failed (rolled back to their savepoint): True when a
+        record caused it; raises what the batch cannot survive (a lost connection, a
+        serialization failure: retriable); else logs it once (the pipelined statements
+        take over) and returns False."""
+        if _record_fault(exc) is not None:
+            return True
+        if is_transient(exc):
+            raise exc
+        if not self._bulk_warned:
+            self._bulk_warned = True
+            log.warning(
+                "%s[%d]: applying in bulk failed (%s); applying this batch and any such "
+                "later one record by record",
+                batch.topic,
+                batch.partition,
+                mask_text(driver_message(exc).first_line),
+            )
+        return False
 
     def run_operations(self, conn: Connection, ops: Sequence[Op]) -> None:
         """Consecutive operations of one kind on one table go as one executemany, in

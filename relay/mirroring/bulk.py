@@ -1,0 +1,62 @@
+"""One batch's operations on one current-state table, split into rounds that set-based
+statements can apply with the same result as applying them record by record. Pure.
+
+Record by record, the operations of different keys never meet: only the order of each
+key's own operations matters. So the batch is applied in rounds: round 1 holds the first
+operation of every key, round 2 the second one of every key that has two, ... Each round
+has at most one operation per key (one ``INSERT ... ON CONFLICT DO UPDATE`` may not touch
+a row twice), and a key's operations run in its record order, each as its own statement
+would run it: the version guard sees the row the key's previous operation left, a row
+deleted and upserted again comes back as a new row, a row trigger fires once per
+operation, and a record the database refuses is refused as it would be alone.
+
+A key with more than ``limit`` operations in the batch (a hot key) would need as many
+rounds, each a statement over the whole batch: its operations go record by record
+instead (the store's pipelined statements), in record order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+from relay.mirroring.types import Delete, Op, Upsert
+
+_nan = object()  # one key part for every NaN (PostgreSQL finds NaN equal to NaN)
+ROUNDS_LIMIT = 8
+"""The most operations of one key (and so rounds) one batch applies in bulk."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rounds:
+    """A table's operations of one batch: ``rounds[i]`` holds the (i+1)-th operation of
+    each key that has one, in the order the keys first appear; ``by_record`` the
+    operations of the hot keys, in record order."""
+
+    rounds: tuple[tuple[Upsert | Delete, ...], ...]
+    by_record: tuple[Op, ...] = ()
+
+
+def split_rounds(
+    ops: Sequence[Op], key_columns: Sequence[str], limit: int = ROUNDS_LIMIT
+) -> Rounds | None:
+    """``ops`` (upserts and deletes of one table, in record order) in rounds; None when
+    they cannot be split: an operation of another kind, or a key Python cannot compare
+    (e.g. a JSON key column). Apply them record by record then."""
+    by_key: dict[Hashable, list[Upsert | Delete]] = {}
+    try:
+        for op in ops:
+            if not isinstance(op, Upsert | Delete):
+                return None
+            source: Mapping[str, object] = op.row if isinstance(op, Upsert) else op.key
+            key = tuple(_nan if (part := source[c]) != part else part for c in key_columns)
+            by_key.setdefault(key, []).append(op)  # hashes the key: TypeError if it cannot
+    except TypeError:
+        return None
+    hot = {id(op) for key_ops in by_key.values() if len(key_ops) > limit for op in key_ops}
+    depth = max((len(k) for k in by_key.values() if len(k) <= limit), default=0)
+    rounds = tuple(
+        tuple(key_ops[i] for key_ops in by_key.values() if i < len(key_ops) <= limit)
+        for i in range(depth)
+    )
+    return Rounds(rounds, tuple(op for op in ops if id(op) in hot))
