@@ -8,7 +8,8 @@ has at most one operation per key (one ``INSERT ... ON CONFLICT DO UPDATE`` may 
 a row twice), and a key's operations run in its record order, each as its own statement
 would run it: the version guard sees the row the key's previous operation left, a row
 deleted and upserted again comes back as a new row, a row trigger fires once per
-operation, and a record the database refuses is refused as it would be alone.
+operation. A record the database refuses fails its round's statement: the store then
+applies the batch record by record, to dead-letter that record alone.
 
 A key with more than ``limit`` operations in the batch (a hot key) would need as many
 rounds, each a statement over the whole batch: its operations go record by record
@@ -30,8 +31,8 @@ ROUNDS_LIMIT = 8
 @dataclass(frozen=True, slots=True)
 class Rounds:
     """A table's operations of one batch: ``rounds[i]`` holds the (i+1)-th operation of
-    each key that has one, in the order the keys first appear; ``by_record`` the
-    operations of the hot keys, in record order."""
+    each key that has one, in record order; ``by_record`` the operations of the hot
+    keys, in record order."""
 
     rounds: tuple[tuple[Upsert | Delete, ...], ...]
     by_record: tuple[Op, ...] = ()
@@ -43,20 +44,35 @@ def split_rounds(
     """``ops`` (upserts and deletes of one table, in record order) in rounds; None when
     they cannot be split: an operation of another kind, or a key Python cannot compare
     (e.g. a JSON key column). Apply them record by record then."""
-    by_key: dict[Hashable, list[Upsert | Delete]] = {}
+    placed: list[tuple[Hashable, Upsert | Delete]] = []
     try:
         for op in ops:
             if not isinstance(op, Upsert | Delete):
                 return None
             source: Mapping[str, object] = op.row if isinstance(op, Upsert) else op.key
             key = tuple(_nan if (part := source[c]) != part else part for c in key_columns)
-            by_key.setdefault(key, []).append(op)  # hashes the key: TypeError if it cannot
+            hash(key)  # TypeError if it cannot be
+            placed.append((key, op))
     except TypeError:
         return None
-    hot = {id(op) for key_ops in by_key.values() if len(key_ops) > limit for op in key_ops}
-    depth = max((len(k) for k in by_key.values() if len(k) <= limit), default=0)
-    rounds = tuple(
-        tuple(key_ops[i] for key_ops in by_key.values() if i < len(key_ops) <= limit)
-        for i in range(depth)
-    )
-    return Rounds(rounds, tuple(op for op in ops if id(op) in hot))
+    rounds, counts = _in_rounds(placed)
+    hot = {key for key, count in counts.items() if count > limit}
+    if not hot:
+        return Rounds(rounds)
+    cold, _ = _in_rounds([(key, op) for key, op in placed if key not in hot])
+    return Rounds(cold, tuple(op for key, op in placed if key in hot))
+
+
+def _in_rounds(
+    placed: Sequence[tuple[Hashable, Upsert | Delete]],
+) -> tuple[tuple[tuple[Upsert | Delete, ...], ...], dict[Hashable, int]]:
+    """The rounds of (key, operation) pairs in record order, and each key's count."""
+    counts: dict[Hashable, int] = {}
+    rounds: list[list[Upsert | Delete]] = []
+    for key, op in placed:
+        done = counts.get(key, 0)
+        counts[key] = done + 1
+        if done == len(rounds):
+            rounds.append([])
+        rounds[done].append(op)
+    return tuple(map(tuple, rounds)), counts

@@ -5,8 +5,11 @@ One batch is one transaction::
     UPDATE mirror_offsets SET next_offset = :next, topic_id = :id, topic_partitions = :n
     WHERE ... AND next_offset = :expected AND (topic_id IS NULL OR topic_id = :id)
     (or INSERT ... ON CONFLICT DO NOTHING for a partition's first batch; 0 rows: conflict)
-    SAVEPOINT; row operations in record order (mirror_statements); on a constraint or data error:
-        ROLLBACK TO SAVEPOINT, then one SAVEPOINT per record, dead-lettering the failures
+    SAVEPOINT; the row operations in bulk (mirror_bulk: COPY into a staging table, a few
+        set-based statements); on a constraint or data error: ROLLBACK TO SAVEPOINT, then
+        one SAVEPOINT per record (mirror_statements), dead-lettering the failures; on another
+        error (e.g. no right to create a temporary table): the operations in record order in
+        one SAVEPOINT (mirror_statements, pipelined), then per record as above
     INSERT INTO mirror_dead_letters ...
     (the batch's latest heartbeats into mirror_heartbeats, after the offset: mirror_freshness)
     COMMIT

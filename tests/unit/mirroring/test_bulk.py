@@ -134,7 +134,7 @@ def test_random_batches_of_a_few_keys() -> None:
         check(ops, limit=rng.choice((1, 3, 8)))
 
 
-def test_rounds_hold_the_keys_in_the_order_they_first_appear() -> None:
+def test_round_n_holds_the_nth_operation_of_each_key_in_record_order() -> None:
     a, b, c, d = up(1, "a", 7), dl(4, 8), up(2, "b", 7), up(1, "c", 9)
     assert check([a, b, c, d]) == Rounds(rounds=((a, b, d), (c,)), by_record=())
 
