@@ -178,7 +178,8 @@ class BulkTable:
     def _stage(self, conn: Connection, rows: Iterable[tuple[object, ...]]) -> None:
         conn.exec_driver_sql(self._create)
         driver = conn.connection.driver_connection
-        assert isinstance(driver, psycopg.Connection)
+        if not isinstance(driver, psycopg.Connection):  # the engine factory makes psycopg's
+            raise TypeError(f"COPY needs a psycopg connection, not {type(driver).__name__}")
         try:
             with driver.cursor() as cursor, cursor.copy(self._copy) as copy:
                 for row in rows:
