@@ -69,7 +69,16 @@ class MemoryHarness:
             seq = next(self._seqs)
             records.append(
                 OutboxRecord(
-                    outbox_id, partition, seq, TOPIC, key, value, event_type, headers, seq * 1000
+                    outbox_id,
+                    partition,
+                    seq,
+                    TOPIC,
+                    key,
+                    value,
+                    event_type,
+                    headers,
+                    seq * 1000,
+                    committed_ms=seq * 1000 + 1,  # its transaction's commit time
                 )
             )
         self.outbox.add(*records)
@@ -107,7 +116,10 @@ class PostgresHarness:
             rows = conn.execute(
                 sa.text(
                     "SELECT p.id, p.partition, p.position AS seq, "
-                    "(extract(epoch FROM o.created_at) * 1000)::int8 AS at_ms "
+                    "(extract(epoch FROM o.created_at) * 1000)::int8 AS at_ms, "
+                    "(SELECT (extract(epoch FROM c.committed_at) * 1000)::int8 "
+                    " FROM outbox_commits c WHERE c.partition = p.partition "
+                    " AND p.position BETWEEN c.first_seq AND c.last_seq) AS done_ms "
                     "FROM outbox_positions p JOIN outbox o ON o.id = p.id "
                     "WHERE p.id > :last ORDER BY p.id"
                 ),
@@ -115,9 +127,13 @@ class PostgresHarness:
             ).all()
         assert len(rows) == count
         assert {row.partition for row in rows} == {partition}
+        assert len({row.done_ms for row in rows}) == 1  # one transaction, one commit time
+        assert rows[0].done_ms >= max(row.at_ms for row in rows)
         self._last_id = rows[-1].id
         return [
-            OutboxRecord(row.id, row.partition, row.seq, TOPIC, *fields, row.at_ms)
+            OutboxRecord(
+                row.id, row.partition, row.seq, TOPIC, *fields, row.at_ms, committed_ms=row.done_ms
+            )
             for row, fields in zip(rows, expected, strict=True)
         ]
 

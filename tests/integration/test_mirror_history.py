@@ -239,7 +239,9 @@ def test_kill_9_between_apply_and_commit_keeps_each_version_once(
     assert second.returncode == 0, second.stderr
 
     rows = history(env)
-    assert [(r[0], r[1], r[2]) for r in rows] == sorted((c[0], c[2], c[1]) for c in changes)
+    assert [(r[0], r[1], r[2]) for r in rows] == sorted((c[0], c[2], c[1]) for c in changes), (
+        first.stdout + first.stderr + "\n=== second ===\n" + second.stdout + second.stderr
+    )
     for this, after in pairwise(rows):
         if this[0] == after[0]:
             assert (this[4], this[5]) == (after[3], False)
