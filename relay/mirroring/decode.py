@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import re
 import uuid
 from collections.abc import Sequence
@@ -28,7 +27,7 @@ from relay.mirroring.types import (
     ResolvedTable,
     Upsert,
 )
-from relay.mirroring.values import parse_value, unmapped_fields
+from relay.mirroring.values import json_object, parse_value, unmapped_fields
 from relay.runtime.heartbeat import HEARTBEAT_HEADER, decode_heartbeat
 
 EVENT_TYPE_HEADER = "event-type"
@@ -168,12 +167,7 @@ def _key_columns(record: KafkaRecord, table: ResolvedTable) -> dict[str, object]
 
 
 def _json_key(raw: bytes, table: ResolvedTable) -> dict[str, object]:
-    try:
-        parsed = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise DecodeError(f"key is not JSON: {_short(str(exc))}") from None
-    if not isinstance(parsed, dict):
-        raise DecodeError(f"key is JSON {type(parsed).__name__}, not an object")
+    parsed = json_object(raw, "key")
     result: dict[str, object] = {}
     for column, path in table.mapping.key.fields:
         found = _field(parsed, path)

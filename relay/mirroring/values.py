@@ -13,17 +13,22 @@ from relay.mirroring.mapping import TableMapping
 from relay.mirroring.ports import ValueDecoder
 
 
+def json_object(raw: bytes, what: str) -> dict[str, object]:
+    """``raw`` (a record's ``what``: key or value) as a JSON object; DecodeError if not."""
+    try:
+        parsed = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise DecodeError(f"{what} is not JSON: {_short(str(exc))}") from None
+    if not isinstance(parsed, dict):
+        raise DecodeError(f"{what} is JSON {type(parsed).__name__}, not an object")
+    return parsed
+
+
 def parse_value(raw: bytes, topic: str, value_format: str, decoder: ValueDecoder | None) -> object:
     """The value as an object; DecodeError when it is not one (dead-lettered). A registry
     outage (RetriableError) goes up to the loop, which retries the batch."""
     if value_format == "json":
-        try:
-            value = json.loads(raw)
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise DecodeError(f"value is not JSON: {_short(str(exc))}") from None
-        if not isinstance(value, dict):
-            raise DecodeError(f"value is JSON {type(value).__name__}, not an object")
-        return value
+        return json_object(raw, "value")
     if decoder is None:
         raise DecodeError(f"value format {value_format} needs a schema registry (none configured)")
     decoded = decoder.decode(value_format, topic, raw)
