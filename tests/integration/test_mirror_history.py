@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from relay.devenv.reader import read_committed
 from tests.integration.mirror_support import MirrorEnv, TxProducer, mirror_env
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -239,9 +240,17 @@ def test_kill_9_between_apply_and_commit_keeps_each_version_once(
     assert second.returncode == 0, second.stderr
 
     rows = history(env)
-    assert [(r[0], r[1], r[2]) for r in rows] == sorted((c[0], c[2], c[1]) for c in changes), (
-        first.stdout + first.stderr + "\n=== second ===\n" + second.stdout + second.stderr
-    )
+    if [(r[0], r[1], r[2]) for r in rows] != sorted((c[0], c[2], c[1]) for c in changes):
+        seen = [r.offset for r in read_committed(bootstrap_servers, topic)]
+        pytest.fail(
+            f"{len(rows)} versions of {len(changes)}; stored offsets {env.offsets()}; Kafka "
+            f"gives {len(seen)} records, offsets {seen[:3]}..{seen[-3:]}\n"
+            + first.stdout
+            + first.stderr
+            + "\n=== second ===\n"
+            + second.stdout
+            + second.stderr
+        )
     for this, after in pairwise(rows):
         if this[0] == after[0]:
             assert (this[4], this[5]) == (after[3], False)
