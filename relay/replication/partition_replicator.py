@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -33,6 +34,7 @@ from relay.errors import (
     RetriableError,
     TransactionTimedOutError,
 )
+from relay.replication.freshness import Freshness
 from relay.replication.ports import (
     NoReplicaObserver,
     NoTopicIds,
@@ -81,6 +83,8 @@ class PartitionReplicator:
         observer: ReplicaObserver | None = None,
         ids: TopicIds | None = None,
         owner: PositionStamp | None = None,
+        heartbeat_s: float = 0.0,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.route = route
         self._reader = reader
@@ -99,6 +103,7 @@ class PartitionReplicator:
         self._read: list[SourceRecord] = []  # read from the source, not copied yet
         self._committed_at = 0.0
         self._unsettled = False  # a transaction failed: restart before the next batch
+        self._freshness = Freshness(heartbeat_s, self._clock, wall)  # every heartbeat_s
 
     @property
     def next_offset(self) -> int:
@@ -138,6 +143,10 @@ class PartitionReplicator:
         )
         self._failpoints.hit("startup", self.route.partition)
         self._observer.running(self.route.topic, self.route.partition, self._next)
+        if self._stamp.as_of_ms is not None:  # committed with the position: still true
+            self._observer.complete_through(
+                self.route.topic, self.route.partition, self._stamp.as_of_ms
+            )
         return self._next
 
     def start_retrying(self, stop: threading.Event | None = None) -> int | None:
@@ -211,10 +220,12 @@ class PartitionReplicator:
         began = self._clock.monotonic()
         if self._unsettled:
             self._restart()
+        self._freshness.probe_if_due(self._reader.end_offset, self.route)
         records = self._take(up_to, wait_s)
         if not records:
             if not self._read:  # caught up: only aborted records and markers were skipped
                 read_up_to = max(self.next_offset, self._reader.position())
+                self._settled(self._freshness.stamped(self._stamp, read_up_to))
                 self._observer.running(self.route.topic, self.route.partition, read_up_to)
             return None
         if not same_topics(self.route, self._stamp, self._ids, self._read_at):
@@ -222,13 +233,16 @@ class PartitionReplicator:
             return None
         check_owner(self.route, self._writer.position(), self._stamp)
         next_offset = records[-1].offset + 1
+        # Past this batch: aborted records and markers read behind it are done too.
+        done = next_offset if len(records) < len(self._read) else self._reader.position()
+        stamp = self._freshness.stamped(self._stamp, max(next_offset, done))
         self._writer.begin()
         opened = self._clock.monotonic()
         try:
             self._writer.send(records)
             self._failpoints.hit("after_produce", self.route.partition)
             self._failpoints.hit("before_commit", self.route.partition)
-            self._writer.commit(next_offset, self._stamp)
+            self._writer.commit(next_offset, stamp)
         except ProducerFencedError as exc:
             raise self._fenced(exc, records, self._clock.monotonic() - opened) from None
         except RetriableError as exc:
@@ -242,6 +256,7 @@ class PartitionReplicator:
             raise
         del self._read[: len(records)]
         self._next = next_offset
+        self._settled(stamp)
         self._committed_at = self._clock.monotonic()
         self._limits.committed(self._committed_at - opened)
         self._observer.copied(
@@ -254,6 +269,15 @@ class PartitionReplicator:
         self._observer.running(self.route.topic, self.route.partition, next_offset)
         self._failpoints.hit("after_commit", self.route.partition)
         return ReplicaBatch(len(records), records[0].offset, next_offset)
+
+    def _settled(self, stamp: PositionStamp) -> None:
+        """``stamp`` holds now: committed, or nothing was left to copy below its time."""
+        if stamp is self._stamp:
+            return
+        self._freshness.settle()
+        self._stamp = stamp
+        if stamp.as_of_ms is not None:
+            self._observer.complete_through(self.route.topic, self.route.partition, stamp.as_of_ms)
 
     def _abort_quietly(self) -> None:
         try:
