@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from relay.commands.replicate import ReplicaTask, plan_replication
 from relay.errors import ConfigurationError
-from relay.kafka.replica_copies import KafkaTopicIds
+from relay.kafka.replica_copies import KafkaTopicIds, copied_from_source
 from relay.kafka.replica_writer import KafkaReplicaWriter
 from relay.replication.types import Origin, PositionStamp, ReplicaPosition
 from relay.runtime.clock import SystemClock
@@ -107,8 +107,9 @@ def reset_recreated_topic(settings: ReplicateSettings, topic: str, *, yes: bool)
 
 def restore_positions(settings: ReplicateSettings, *, yes: bool) -> PositionsChange:
     """Set each selected partition's position to the one its target copies say (the
-    source offset after its last copy) where it differs or is missing. Without ``yes``,
-    only say which."""
+    source offset after its last copy) where it differs or is missing, unless that copy is
+    not of the record the source holds at its offset now (a topic created again: left to
+    ``reset_recreated_topic``). Without ``yes``, only say which."""
     lines: list[str] = []
     changes = 0
     for part in _partitions(settings, lambda task: True):
@@ -127,6 +128,14 @@ def restore_positions(settings: ReplicateSettings, *, yes: bool) -> PositionsCha
             )
         elif committed.exists and committed.next_offset == copy.floor:
             lines.append(f"{route}: {before}, as its copies say")
+        elif copied_from_source(settings.with_group(part.task.group), route, copy) is False:
+            lines.append(
+                f"{route}: {before}; its last copy (source offset {copy.source_offset}) is not "
+                "the record the source holds at that offset now: the source topic was created "
+                "again since it was copied; left alone: `relay replicate "
+                f"--reset-recreated-topic {route.topic}` copies the new topic from its first "
+                "offset"
+            )
         else:
             lines.append(
                 f"{route}: {before} -> {copy.floor} (its last copy: source offset "
