@@ -77,11 +77,14 @@ def last_copy(settings: ReplicateSettings, tp: TopicPartition, since: int) -> La
         consumer.close()
 
 
-def copied_from_source(settings: ReplicateSettings, route: Route, copy: LastCopy) -> bool | None:
+def copied_from_source(
+    settings: ReplicateSettings, route: Route, copy: LastCopy, *, compacted: bool = False
+) -> bool | None:
     """Whether ``copy`` is a copy of the record the source partition holds at its source
     offset now (same key, value and timestamp): False when the source holds another record
-    there or none up to its end (the source topic was created again since it was copied);
-    None when the source's record at that offset is gone (retention, compaction)."""
+    there, or none (a transaction marker, an aborted record, the end): the source topic was
+    created again since it was copied; None when the source's record at that offset may be
+    gone: below its first offset (retention), or not there in a ``compacted`` topic."""
     timeout = settings.target.request_timeout_s
     source_tp = TopicPartition(route.topic, route.partition)
     target = _copies_consumer(settings)
@@ -99,8 +102,10 @@ def copied_from_source(settings: ReplicateSettings, route: Route, copy: LastCopy
     finally:
         source.close()
         target.close()
-    if original is None or original.offset() != copy.source_offset or copied is None:
+    if copied is None:
         return None
+    if original is None or original.offset() != copy.source_offset:
+        return None if compacted else False
     return (original.key(), original.value(), original.timestamp()[1]) == (
         copied.key(),
         copied.value(),
