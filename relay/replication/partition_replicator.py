@@ -29,6 +29,7 @@ from typing import TypeVar
 from relay.errors import (
     AmbiguousCommitError,
     GaveUpError,
+    KafkaError,
     ProducerFencedError,
     RelayError,
     RetriableError,
@@ -209,7 +210,11 @@ class PartitionReplicator:
         if not self._read:
             if up_to is not None and self._reader.position() >= up_to:
                 return []  # read up to the end: no need to wait for more
-            self._read = list(self._reader.read(self._limits.rows, wait_s))
+            try:
+                self._read = list(self._reader.read(self._limits.rows, wait_s))
+            except KafkaError:  # e.g. the source partition now ends below the position:
+                same_topics(self.route, self._stamp, self._ids, self._clock.monotonic())
+                raise  # refused above when its topic was created again, with the way out
             self._read_at = self._clock.monotonic()
         records = list(self._limits.take(self._read))
         if up_to is not None and records and records[-1].offset >= up_to:
