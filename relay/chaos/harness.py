@@ -153,7 +153,11 @@ class ChaosRun:
             zombie_exits=supervisor.zombie_exits,
             duration_s=self._clock.monotonic() - started,
             workdir=workdir,
-            replica_topic=env.replica_topic,
+            replica_topic=", ".join(
+                preparation.REPLICA_PREFIX + t for t in (env.topic, env.ingest_topic) if t
+            )
+            if env.replica_topic
+            else None,
         )
 
     def _operations(
