@@ -28,7 +28,6 @@ from typing import TypeVar
 
 from relay.errors import (
     AmbiguousCommitError,
-    GaveUpError,
     KafkaError,
     ProducerFencedError,
     RelayError,
@@ -45,6 +44,7 @@ from relay.replication.ports import (
     TopicIds,
 )
 from relay.replication.position_check import check_owner, checked_start, same_topics
+from relay.replication.retrying import retrying
 from relay.replication.types import (
     Origin,
     PositionStamp,
@@ -158,37 +158,13 @@ class PartitionReplicator:
     def _retrying(
         self, what: Callable[[], str], attempt: Callable[[], T], stop: threading.Event | None
     ) -> T | None:
-        """``attempt()`` until it succeeds, waiting the retry policy's delay after each
-        transient error; GaveUpError when the policy gives up, None when ``stop`` is set."""
-        attempts = 0
-        while True:
-            attempts += 1
-            try:
-                return attempt()
-            except RetriableError as exc:
-                if isinstance(exc, AmbiguousCommitError):
-                    self._unsettled = True  # the next attempt restarts first
-                if self._retry.gives_up_after(attempts):
-                    raise GaveUpError(
-                        f"{self.route}: {what()} failed {attempts} times, last error: {exc}"
-                    ) from exc
-                delay = self._retry.delay(attempts)
-                log.warning(
-                    "%s: %s failed (%s); retrying in %.1f s",
-                    self.route,
-                    what(),
-                    exc,
-                    delay,
-                    extra={
-                        "topic": self.route.topic,
-                        "partition": self.route.partition,
-                        "attempt": attempts,
-                        "delay_s": delay,
-                    },
-                )
-                self._observer.retrying(self.route.topic, self.route.partition)
-                if self._clock.wait(delay, stop):
-                    return None
+        return retrying(
+            self.route, what, attempt, stop, retry=self._retry, clock=self._clock,
+            observer=self._observer, in_doubt=self._in_doubt,
+        )  # fmt: skip
+
+    def _in_doubt(self) -> None:
+        self._unsettled = True  # the next attempt restarts first
 
     def _restart(self) -> None:
         """After a failed transaction: a new producer, fenced again (which settles a
