@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import (
@@ -32,7 +32,7 @@ from relay.chaos.checker import (
     compare_mirror,
 )
 from relay.chaos.names import ACCOUNTS, LEDGER
-from relay.chaos.replica_checker import compare_replica
+from relay.chaos.replica_checker import combine, compare_generations, compare_replica
 from relay.chaos.topic_records import Headers, TopicRecord
 from relay.errors import CheckerError, KafkaError
 from relay.postgres.engine import make_engine
@@ -57,6 +57,9 @@ class ReplicaAccess:
     kafka: KafkaAccess
     topic: str
     source_cluster: str | None = None
+    # A second replicated topic, deleted and created again during the run: its source
+    # topic, its copy, and the records of each earlier life (the topic now is the last).
+    ingest: tuple[str, str, Sequence[Sequence[TopicRecord]]] | None = None
 
 
 def _end_offsets(
@@ -209,9 +212,15 @@ def run_check(
         result = result.with_history(mismatch, len(versions), examples)
     if replica is not None:
         copies = read_topic(replica.kafka, replica.topic, timeout)
-        result = result.with_replica(
-            compare_replica(records, copies, topic, replica.source_cluster)
-        )
+        checked = compare_replica(records, copies, topic, replica.source_cluster)
+        if replica.ingest is not None:
+            source, target, earlier = replica.ingest
+            lives = [*earlier, read_topic(kafka, source, timeout)]
+            copied = read_topic(replica.kafka, target, timeout)
+            checked = combine(
+                checked, compare_generations(lives, copied, source, replica.source_cluster)
+            )
+        result = result.with_replica(checked)
     return result
 
 

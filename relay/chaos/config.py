@@ -33,3 +33,9 @@ class ChaosConfig:
     def fault_kinds(self) -> list[FaultKind]:
         """The kinds to plan: ``kinds``, without the replicator's unless it runs."""
         return [k for k in self.kinds if self.replicate or k not in REPLICA_KINDS]
+
+    @property
+    def ingests(self) -> bool:
+        """Whether the run writes and replicates the ingest topic (for the fault that
+        deletes and creates it again)."""
+        return FaultKind.RECREATE_SOURCE_TOPIC in self.fault_kinds

@@ -95,7 +95,8 @@ def drain(
     # --once copies up to the last stable offsets when it starts: no transaction of a
     # killed relay may still be open on the topic then.
     source = KafkaAccess(env.servers.bootstrap_servers, {})
-    wait_until_stable(source, env.topic, list(range(config.topic_partitions)), deadline)
+    for topic in filter(None, (env.topic, env.ingest_topic)):
+        wait_until_stable(source, topic, list(range(config.topic_partitions)), deadline)
     runs = _run_until(
         relay_command("replicate", "--once"),
         env=env.replicate_env(),

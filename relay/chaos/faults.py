@@ -31,6 +31,7 @@ from relay.chaos.processes import (
     is_stopped,
     process_tree,
 )
+from relay.chaos.replica_ops import ReplicaOperations
 from relay.errors import FaultSkipped
 from relay.runtime.clock import Clock, wait_until
 
@@ -51,6 +52,8 @@ WEIGHTS: dict[FaultKind, float] = {
     FaultKind.KILL9_REPLICATOR: 2.0,
     FaultKind.PAUSE_REPLICATOR: 1.0,
     FaultKind.KILL9_TARGET_BROKER: 1.0,
+    FaultKind.RECREATE_SOURCE_TOPIC: 0.5,
+    FaultKind.DELETE_REPLICATOR_GROUP: 0.5,
 }
 
 
@@ -75,7 +78,8 @@ class FaultContext:
     """What the faults act on. ``restart_broker``/``restart_database`` crash and restart
     the chaos servers, ``restart_target_broker`` the second cluster's broker (None: the
     run does not replicate); ``replicator`` names the replicator's slot, which copies
-    ``replica_partitions`` source partitions."""
+    ``replica_partitions`` source partitions; ``replica_ops`` is what the replicator's
+    operator faults act on (None: the run does not replicate)."""
 
     supervisor: Supervisor
     clock: Clock
@@ -91,6 +95,7 @@ class FaultContext:
     replica_partitions: int = 0
     restart_target_broker: Callable[[], None] | None = None
     replicator_pause_s: float = 8.0
+    replica_ops: ReplicaOperations | None = None  # the operator faults' (replica_faults)
 
     def wait(self, condition: Callable[[], bool], timeout: float) -> bool:
         return wait_until(condition, timeout, clock=self.clock)
@@ -280,6 +285,7 @@ def pause_replicator(ctx: FaultContext) -> Outcome:
     )
 
 
+# The replicator's operator faults are in relay.chaos.replica_faults (its own ACTIONS).
 ACTIONS: dict[FaultKind, Callable[[FaultContext], Outcome]] = {
     FaultKind.KILL9_RELAY: kill9_relay,
     FaultKind.KILL9_MIRROR: kill9_mirror,

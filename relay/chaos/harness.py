@@ -28,9 +28,11 @@ from relay.chaos.checker_inputs import KafkaAccess, ReplicaAccess, run_check
 from relay.chaos.config import ChaosConfig
 from relay.chaos.drain import drain
 from relay.chaos.faults import FaultContext, plan_faults
+from relay.chaos.ingest import IngestWriter
 from relay.chaos.injector import FaultInjector, FaultLog
 from relay.chaos.names import HISTORY, MIRROR, FaultKind
 from relay.chaos.processes import Supervisor
+from relay.chaos.replica_ops import ReplicaOperations
 from relay.chaos.report import ChaosReport
 from relay.chaos.workload import Workload
 from relay.devenv.private import PrivateServers, remove_workdir, start_servers, stop_servers
@@ -100,14 +102,20 @@ class ChaosRun:
             plan = plan_faults(config.faults, config.fault_kinds, self._rng)
             log_file = FaultLog(workdir / "faults.jsonl", self._emit, self._now)
             workload = Workload(engine, env.topic, config.workload, config.seed, self._clock)
+            ops = self._operations(env, supervisor)
             try:
                 supervisor.start()
                 workload.start()
+                if ops is not None and ops.ingest is not None:
+                    ops.ingest.start()
                 self._emit("chaos: writers and processes under test started")
                 self._clock.wait(config.warmup_s)
-                self._inject(plan, supervisor, env, log_file)
+                self._inject(plan, supervisor, env, log_file, ops)
             finally:
                 workload.stop()
+                if ops is not None and ops.ingest is not None:
+                    ops.ingest.stop()
+                    self._emit(f"chaos: {env.ingest_topic}: {ops.ingest.describe()}")
                 supervisor.shutdown()
                 log_file.close()
             self._emit("chaos: writers stopped; draining with relay run --once")
@@ -115,10 +123,15 @@ class ChaosRun:
             self._emit("chaos: checking")
             replica = None
             if servers.target_bootstrap_servers is not None and env.replica_topic is not None:
+                ingest = None
+                if ops is not None and env.ingest_topic is not None:
+                    copy = preparation.REPLICA_PREFIX + env.ingest_topic
+                    ingest = (env.ingest_topic, copy, ops.generations)
                 replica = ReplicaAccess(
                     KafkaAccess(servers.target_bootstrap_servers, {}),
                     env.replica_topic,
                     preparation.REPLICA_ALIAS,
+                    ingest,
                 )
             result = run_check(
                 engine,
@@ -140,7 +153,36 @@ class ChaosRun:
             zombie_exits=supervisor.zombie_exits,
             duration_s=self._clock.monotonic() - started,
             workdir=workdir,
-            replica_topic=env.replica_topic,
+            replica_topic=", ".join(
+                preparation.REPLICA_PREFIX + t for t in (env.topic, env.ingest_topic) if t
+            )
+            if env.replica_topic
+            else None,
+        )
+
+    def _operations(
+        self, env: preparation.Environment, supervisor: Supervisor
+    ) -> ReplicaOperations | None:
+        """What the replicator's operator faults act on; None: the run does not replicate."""
+        target = env.servers.target_bootstrap_servers
+        if target is None or env.replica_topic is None:
+            return None
+        source = env.servers.bootstrap_servers
+        ingest = None
+        if env.ingest_topic is not None:
+            transactional_id = f"{env.prefix}-ingest"
+            ingest = IngestWriter(
+                source, env.ingest_topic, transactional_id, self._config.seed, self._clock
+            )
+        return ReplicaOperations(
+            source,
+            target,
+            env.replica_group,
+            preparation.REPLICATOR,
+            env.replicate_env(),
+            supervisor.log_dir,
+            self._config.topic_partitions,
+            ingest,
         )
 
     def _inject(
@@ -149,6 +191,7 @@ class ChaosRun:
         supervisor: Supervisor,
         env: preparation.Environment,
         log_file: FaultLog,
+        ops: ReplicaOperations | None,
     ) -> None:
         config = self._config
         workdir = env.workdir
@@ -164,13 +207,14 @@ class ChaosRun:
             restart_database=lambda: _restart(devenv.restart_postgres, workdir, "immediate"),
             mirror_pause_s=config.mirror_pause_s,
             replicator=preparation.REPLICATOR if replicates else None,
-            replica_partitions=config.topic_partitions,
+            replica_partitions=config.topic_partitions * (2 if env.ingest_topic else 1),
             restart_target_broker=(
                 (lambda: _restart(devenv.restart_target_kafka, workdir, True))
                 if replicates
                 else None
             ),
             replicator_pause_s=config.replicator_pause_s,
+            replica_ops=ops,
         )
         deadline = self._clock.monotonic() + config.duration_limit_s
         FaultInjector(plan, ctx, log_file, gap_s=config.gap_s, deadline=deadline).run()

@@ -14,7 +14,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
-from relay.chaos.faults import ACTIONS, FaultContext, Outcome
+from relay.chaos import faults, replica_faults
+from relay.chaos.faults import FaultContext, Outcome
 from relay.chaos.names import FaultKind
 from relay.errors import FaultSkipped
 
@@ -91,7 +92,8 @@ class FaultInjector:
             at = self._log.now().isoformat(timespec="milliseconds")
             started = clock.monotonic()
             try:
-                outcome = ACTIONS[kind](self._ctx)
+                action = faults.ACTIONS.get(kind) or replica_faults.ACTIONS[kind]
+                outcome = action(self._ctx)
             except FaultSkipped as exc:
                 outcome = Outcome("-", str(exc))
                 if retries > 0:

@@ -17,10 +17,21 @@ class FaultKind(StrEnum):
     KILL9_REPLICATOR = "kill9_replicator"
     PAUSE_REPLICATOR = "pause_replicator"
     KILL9_TARGET_BROKER = "kill9_target_broker"
+    # An operator's change the replicator refuses, then the documented way out
+    # (relay.chaos.replica_faults). A failover to the target after the source cluster is
+    # lost would be one more kind of this family.
+    RECREATE_SOURCE_TOPIC = "recreate_source_topic"
+    DELETE_REPLICATOR_GROUP = "delete_replicator_group"
 
 
 REPLICA_KINDS = frozenset(
-    {FaultKind.KILL9_REPLICATOR, FaultKind.PAUSE_REPLICATOR, FaultKind.KILL9_TARGET_BROKER}
+    {
+        FaultKind.KILL9_REPLICATOR,
+        FaultKind.PAUSE_REPLICATOR,
+        FaultKind.KILL9_TARGET_BROKER,
+        FaultKind.RECREATE_SOURCE_TOPIC,
+        FaultKind.DELETE_REPLICATOR_GROUP,
+    }
 )
 """The kinds that need the replicator and the second cluster (``--replicate on``)."""
 
@@ -31,3 +42,6 @@ LEDGER = "chaos_ledger"
 MIRROR = "chaos_accounts_mirror"
 HISTORY = "chaos_accounts_history"  # the same events, every version (history scd2)
 EVENT_TYPE = "AccountChanged"
+# A topic written straight to Kafka (not through the outbox) and replicated too, for the
+# fault that deletes and creates a source topic again (the outbox's topic must stay).
+INGEST_TOPIC = "chaos-ingest"

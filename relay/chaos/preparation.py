@@ -16,7 +16,7 @@ from confluent_kafka.cimpl import NewTopic
 from sqlalchemy import Engine, text
 
 from relay.chaos.config import ChaosConfig
-from relay.chaos.names import HISTORY, MIRROR, TOPIC
+from relay.chaos.names import HISTORY, INGEST_TOPIC, MIRROR, TOPIC
 from relay.chaos.processes import Command, Slot, Supervisor
 from relay.chaos.workload import create_schema
 from relay.devenv.cli_runner import relay_command
@@ -64,13 +64,16 @@ class Environment:
     workdir: Path
     topic: str
     prefix: str
+    ingests: bool = False  # the ingest topic is written and replicated too
 
     @classmethod
     def create(
         cls, servers: PrivateServers, workdir: Path, config: ChaosConfig, rng: random.Random
     ) -> Environment:
         (workdir / "traps").mkdir(exist_ok=True)
-        return cls(servers, workdir, TOPIC, f"chaos-{config.seed}-{rng.randrange(16**6):06x}")
+        prefix = f"chaos-{config.seed}-{rng.randrange(16**6):06x}"
+        ingests = config.ingests and servers.target_bootstrap_servers is not None
+        return cls(servers, workdir, TOPIC, prefix, ingests)
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
@@ -93,6 +96,16 @@ class Environment:
             return None
         return REPLICA_PREFIX + self.topic
 
+    @property
+    def ingest_topic(self) -> str | None:
+        """The topic written straight to Kafka and replicated, for the fault that creates
+        it again (relay.chaos.ingest); None: not in this run."""
+        return INGEST_TOPIC if self.ingests else None
+
+    @property
+    def replica_group(self) -> str:
+        return f"{self.prefix}-replicate"
+
     def replicate_env(self, **extra: str) -> dict[str, str]:
         """The environment of ``relay replicate``: the topic from the chaos broker to the
         second cluster's."""
@@ -103,10 +116,10 @@ class Environment:
         env.update(
             RELAY_REPLICATE_SOURCE_BOOTSTRAP_SERVERS=self.servers.bootstrap_servers,
             RELAY_REPLICATE_TARGET_BOOTSTRAP_SERVERS=target,
-            RELAY_REPLICATE_TOPICS=self.topic,
+            RELAY_REPLICATE_TOPICS=",".join(filter(None, (self.topic, self.ingest_topic))),
             RELAY_REPLICATE_TARGET_PREFIX=REPLICA_PREFIX,
             RELAY_REPLICATE_SOURCE_ALIAS=REPLICA_ALIAS,
-            RELAY_REPLICATE_GROUP=f"{self.prefix}-replicate",
+            RELAY_REPLICATE_GROUP=self.replica_group,
             **REPLICATE_SETTINGS,
         )
         env.update(extra)
@@ -161,13 +174,15 @@ def prepare(env: Environment, engine: Engine, config: ChaosConfig) -> None:
         )
     create_schema(engine, config.workload.keys)
     admin = AdminClient({"bootstrap.servers": env.servers.bootstrap_servers})
+    topics = [t for t in (env.topic, env.ingest_topic) if t is not None]
     futures = admin.create_topics(
-        [NewTopic(env.topic, config.topic_partitions, 1)], operation_timeout=30
+        [NewTopic(t, config.topic_partitions, 1) for t in topics], operation_timeout=30
     )
-    try:
-        futures[env.topic].result(timeout=60)
-    except KafkaException as exc:
-        raise RelayError(f"cannot create topic {env.topic}: {exc}") from None
+    for topic in topics:
+        try:
+            futures[topic].result(timeout=60)
+        except KafkaException as exc:
+            raise RelayError(f"cannot create topic {topic}: {exc}") from None
     write_mapping(env.mapping, env.topic)
 
 

@@ -142,7 +142,7 @@ class Supervisor:
     """
 
     def __init__(self, log_dir: Path, clock: Clock, interval: float = 0.2) -> None:
-        self._log_dir = log_dir
+        self.log_dir = log_dir
         self.clock = clock
         self._interval = interval
         self._lock = threading.RLock()
@@ -191,7 +191,7 @@ class Supervisor:
     def launch(self, slot: Slot) -> ManagedProcess:
         with self._lock:
             slot.starts += 1
-            path = self._log_dir / f"{slot.name}.{slot.starts:04d}.log"
+            path = self.log_dir / f"{slot.name}.{slot.starts:04d}.log"
             command = slot.command(slot.starts)
             slot.current = ManagedProcess(slot.name, command, path, command.trap)
             return slot.current
@@ -221,6 +221,32 @@ class Supervisor:
                 return None
             self.zombies.append(old)
             return old, self.launch(slot)
+
+    def hold(self, name: str, *, kill: bool = False, timeout: float = 20.0) -> int | None:
+        """Stop restarting slot ``name`` and stop its process (SIGTERM, SIGKILL after
+        ``timeout``; ``kill``: SIGKILL at once), as an operator does before maintenance.
+        Returns how it ended (None: none ran)."""
+        with self._lock:
+            slot = self.slots[name]
+            slot.enabled = False
+            process = slot.current
+        if process is None:
+            return None
+        if kill:
+            process.kill_tree()
+        code = process.stop(timeout)
+        with self._lock:
+            if slot.current is process:  # else the loop saw it end first, and counted it
+                slot.exits[_exit_name(code)] += 1
+                slot.current = None
+        return code
+
+    def release(self, name: str) -> None:
+        """Restart slot ``name`` again (at once) after :meth:`hold`."""
+        with self._lock:
+            slot = self.slots[name]
+            slot.enabled = True
+            slot.next_start = 0.0
 
     def shutdown(self, timeout: float = 20.0) -> None:
         """Stop restarting, then stop every process (zombies too)."""

@@ -20,11 +20,19 @@ every count is a number of records:
   or partition;
 * ``corrupted``: copies whose key, value, own headers (in order), timestamp or source
   cluster differ from the original.
+
+A source topic deleted and created again (the chaos run's ingest topic) counts its
+offsets from 0 again: :func:`compare_generations` takes the records of each of its lives
+(*generations*), tells the copies apart by the generation their value names
+(``{"generation": g, ...}``), compares each generation as above, and counts as
+``out_of_order`` a copy that follows a copy of a later generation in its partition (the
+old topic's copies stay where they are, the new topic's follow them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from relay.chaos.topic_records import EXAMPLES, TopicRecord
@@ -166,3 +174,70 @@ def compare_replica(
         corrupted=counts["corrupted"],
         examples={kind: tuple(texts) for kind, texts in examples.found.items()},
     )
+
+
+def combine(*checks: ReplicaCheck) -> ReplicaCheck:
+    """The sum of several checks (topics, or generations of one topic)."""
+    examples: dict[str, list[str]] = {}
+    for check in checks:
+        for kind, texts in check.examples.items():
+            examples.setdefault(kind, []).extend(texts)
+    counts = {kind: sum(getattr(c, kind) for c in checks) for kind in KINDS}
+    return ReplicaCheck(
+        source=sum(c.source for c in checks),
+        copies=sum(c.copies for c in checks),
+        examples={kind: tuple(texts[:EXAMPLES]) for kind, texts in examples.items()},
+        **counts,
+    )
+
+
+def generation(value: bytes | None) -> int | None:
+    """The generation an ingest record's value names; None when it names none."""
+    try:
+        found = json.loads(value or b"")
+    except ValueError:
+        return None
+    named = found.get("generation") if isinstance(found, dict) else None
+    return named if isinstance(named, int) else None
+
+
+def compare_generations(
+    generations: Sequence[Iterable[TopicRecord]],
+    target: Iterable[TopicRecord],
+    source_topic: str,
+    source_cluster: str | None = None,
+) -> ReplicaCheck:
+    """Compare the copies of a topic deleted and created again with the records of each
+    of its lives, the last one the topic now (see the module doc)."""
+    copies = sorted(target, key=lambda r: (r.partition, r.offset))
+    split: list[list[TopicRecord]] = [[] for _ in generations]
+    examples = _Examples()
+    unnamed = crossed = 0
+    latest: dict[int, int] = {}
+    for copy in copies:
+        found = generation(copy.value)
+        where = f"target partition {copy.partition} offset {copy.offset}"
+        if found is None or not 0 <= found < len(generations):
+            unnamed += 1
+            examples.add("extra", f"{where}: of no generation of {source_topic} ({found})")
+            continue
+        split[found].append(copy)
+        if found < latest.get(copy.partition, found):
+            crossed += 1
+            examples.add(
+                "out_of_order",
+                f"{where}: generation {found} after generation {latest[copy.partition]}",
+            )
+        latest[copy.partition] = max(found, latest.get(copy.partition, found))
+    checks = [
+        compare_replica(records, split[g], source_topic, source_cluster)
+        for g, records in enumerate(generations)
+    ]
+    across = ReplicaCheck(
+        0,
+        unnamed,
+        extra=unnamed,
+        out_of_order=crossed,
+        examples={kind: tuple(texts) for kind, texts in examples.found.items()},
+    )
+    return combine(*checks, across)

@@ -10,6 +10,7 @@ from typing import Any
 
 from relay.cli.signals import stop_on_signals
 from relay.errors import ConfirmationRequiredError, OffsetTranslationError
+from relay.replication.lag import RouteLag
 from relay.replication.translation import TranslatedOffset, TranslationStatus, changes, held_back
 from relay.replication.types import ReplicaResult
 from relay.runtime.summary import RunSummary
@@ -62,6 +63,15 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
         "group's offsets were deleted, expired or moved): print them, then exit; with "
         "--yes, commit them",
     )
+    env_flag(
+        mode,
+        "--lag",
+        env="RELAY_REPLICATE_LAG",
+        default=False,
+        action="store_true",
+        help="print each source partition's last stable offset, the position on the target, "
+        "and how far behind that is in offsets and in seconds, then exit",
+    )
     add_yes_flag(
         parser,
         "with --translate-group, --reset-recreated-topic or --restore-positions: change "
@@ -82,6 +92,11 @@ def _replicate(args: argparse.Namespace) -> int:
     from relay.runtime.progress import Progress
 
     settings = replicate_settings_from_args(args)
+    if args.lag:
+        from relay.commands.replicate_lag import lag_report
+
+        print(describe_lag(lag_report(settings)))
+        return 0
     if args.translate_group:
         return _translate_group(settings, args.translate_group, yes=args.yes)
     if args.reset_recreated_topic or args.restore_positions:
@@ -186,5 +201,35 @@ def describe_summary(summary: RunSummary[ReplicaResult], skipped: int | None = N
         f"  {r.topic}[{r.partition}] -> {r.target_topic}[{r.partition}]: {r.records} records, "
         f"next source offset {r.next_offset}"
         for r in summary.partitions
+    ]
+    return "\n".join(lines)
+
+
+def describe_lag(rows: Sequence[RouteLag]) -> str:
+    """The table `relay replicate --lag` prints."""
+    table = [
+        ("topic", "partition", "target topic", "source end", "position", "behind", "seconds"),
+        *(
+            (
+                row.route.topic,
+                str(row.route.partition),
+                row.route.target_topic,
+                str(row.source_end),
+                "-" if row.position is None else str(row.position),
+                str(row.records_behind),
+                "-" if row.seconds is None else f"{row.seconds:,.1f}",
+            )
+            for row in rows
+        ),
+    ]
+    widths = [max(len(line[i]) for line in table) for i in range(7)]
+    bases = ["from", *(row.basis for row in rows)]
+    lines = [
+        "  ".join(
+            f"{cell:{align}{width}}"
+            for cell, align, width in zip(line, "<><>>>>", widths, strict=True)
+        )
+        + f"  {basis}"
+        for line, basis in zip(table, bases, strict=True)
     ]
     return "\n".join(lines)

@@ -122,6 +122,7 @@ def build_partition_replicator(
         observer=observer,
         ids=ids,
         owner=PositionStamp(origin, task.cluster_id, prefix=settings.prefix),
+        heartbeat_s=settings.heartbeat_interval_s,
     )
 
 

@@ -14,13 +14,14 @@ from dataclasses import dataclass, replace
 
 from relay.commands.replicate import ReplicaTask, plan_replication
 from relay.errors import ConfigurationError
-from relay.kafka.replica_copies import KafkaTopicIds
+from relay.kafka.replica_copies import KafkaTopicIds, copied_from_source
 from relay.kafka.replica_writer import KafkaReplicaWriter
-from relay.replication.types import Origin, PositionStamp, ReplicaPosition
+from relay.replication.types import LastCopy, Origin, PositionStamp, ReplicaPosition
 from relay.runtime.clock import SystemClock
 from relay.settings.replicate import ReplicateSettings
 
 log = logging.getLogger(__name__)
+_POLICY = "cleanup.policy"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,7 @@ class _Partition:
     writer: KafkaReplicaWriter
     committed: ReplicaPosition
     mine: PositionStamp  # this replicator's stamp, with the topics' ids now
+    compacted: bool  # the source topic's cleanup.policy compacts
 
 
 def _partitions(
@@ -46,6 +48,7 @@ def _partitions(
     plan = plan_replication(settings)
     settings = settings.with_group(plan.group)
     ids, clock = KafkaTopicIds(settings), SystemClock()
+    compacted = {t.topic for t in plan.topics if "compact" in dict(t.configs).get(_POLICY, "")}
     for task in plan.tasks():
         if not chosen(task):
             continue
@@ -62,7 +65,7 @@ def _partitions(
                 ids.target(route.target_topic, now),
                 settings.prefix,
             )
-            yield _Partition(task, writer, committed, mine)
+            yield _Partition(task, writer, committed, mine, route.topic in compacted)
         finally:
             writer.close()
 
@@ -105,10 +108,19 @@ def reset_recreated_topic(settings: ReplicateSettings, topic: str, *, yes: bool)
     return PositionsChange(tuple(lines), changes, yes and changes > 0)
 
 
+def _of_the_source(settings: ReplicateSettings, part: _Partition, copy: LastCopy) -> bool:
+    """Whether ``copy`` may be a copy of what the source partition holds now (not of a
+    topic of the same name deleted since)."""
+    settings = settings.with_group(part.task.group)
+    found = copied_from_source(settings, part.task.route, copy, compacted=part.compacted)
+    return found is not False
+
+
 def restore_positions(settings: ReplicateSettings, *, yes: bool) -> PositionsChange:
     """Set each selected partition's position to the one its target copies say (the
-    source offset after its last copy) where it differs or is missing. Without ``yes``,
-    only say which."""
+    source offset after its last copy) where it differs or is missing, unless that copy is
+    not of the record the source holds at its offset now (a topic created again: left to
+    ``reset_recreated_topic``). Without ``yes``, only say which."""
     lines: list[str] = []
     changes = 0
     for part in _partitions(settings, lambda task: True):
@@ -127,6 +139,14 @@ def restore_positions(settings: ReplicateSettings, *, yes: bool) -> PositionsCha
             )
         elif committed.exists and committed.next_offset == copy.floor:
             lines.append(f"{route}: {before}, as its copies say")
+        elif not _of_the_source(settings, part, copy):
+            lines.append(
+                f"{route}: {before}; its last copy (source offset {copy.source_offset}) is not "
+                "the record the source holds at that offset now: the source topic was created "
+                "again since it was copied; left alone: `relay replicate "
+                f"--reset-recreated-topic {route.topic}` copies the new topic from its first "
+                "offset"
+            )
         else:
             lines.append(
                 f"{route}: {before} -> {copy.floor} (its last copy: source offset "

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from confluent_kafka import KafkaError as LibKafkaError
 
 from relay.errors import RetriableError
@@ -18,17 +18,19 @@ from relay.replication.types import (
     SOURCE_OFFSET_HEADER,
     SOURCE_TOPIC_HEADER,
     LastCopy,
+    Route,
 )
 from relay.runtime.clock import Clock, SystemClock
+from relay.settings.connections import KafkaSettings
 from relay.settings.replicate import ReplicateSettings
 
 _FIRST_STEP = 64  # records read back from the end at first; each further step x4
 
 
-def _copies_consumer(settings: ReplicateSettings) -> Consumer:
+def _copies_consumer(settings: ReplicateSettings, side: KafkaSettings | None = None) -> Consumer:
     return Consumer(
         {
-            **settings.target.client_config(),
+            **(side or settings.target).client_config(),
             "group.id": f"{settings.group}.copies",  # never joins, never commits
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
@@ -73,6 +75,67 @@ def last_copy(settings: ReplicateSettings, tp: TopicPartition, since: int) -> La
         return None
     finally:
         consumer.close()
+
+
+def copied_from_source(
+    settings: ReplicateSettings, route: Route, copy: LastCopy, *, compacted: bool = False
+) -> bool | None:
+    """Whether ``copy`` is a copy of the record the source partition holds at its source
+    offset now (same key, value and timestamp): False when the source holds another record
+    there, or none (a transaction marker, an aborted record, the end): the source topic was
+    created again since it was copied; None when the source's record at that offset may be
+    gone: below its first offset (retention), or not there in a ``compacted`` topic."""
+    timeout = settings.target.request_timeout_s
+    source_tp = TopicPartition(route.topic, route.partition)
+    target = _copies_consumer(settings)
+    source = _copies_consumer(settings, settings.source)
+    try:
+        low, end = _watermarks(source, source_tp, timeout)
+        if copy.source_offset >= end:
+            return False
+        if copy.source_offset < low:
+            return None
+        original = _record_at(source, source_tp, copy.source_offset, timeout)
+        copied = _record_at(
+            target, TopicPartition(route.target_topic, route.partition), copy.target_offset, timeout
+        )
+    finally:
+        source.close()
+        target.close()
+    if copied is None:
+        return None
+    if original is None or original.offset() != copy.source_offset:
+        return None if compacted else False
+    return (original.key(), original.value(), original.timestamp()[1]) == (
+        copied.key(),
+        copied.value(),
+        copied.timestamp()[1],
+    )
+
+
+def _record_at(
+    consumer: Consumer, tp: TopicPartition, offset: int, timeout: float
+) -> Message | None:
+    """The first committed record of ``tp`` at ``offset`` or later (None: none before
+    the end)."""
+    consumer.assign([TopicPartition(tp.topic, tp.partition, offset)])
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            message = consumer.poll(0.5)
+        except KafkaException as exc:
+            raise translate(exc, f"reading {tp.topic}[{tp.partition}]") from None
+        if message is None:
+            continue
+        err = message.error()
+        if err is None:
+            return message
+        if err.code() == LibKafkaError._PARTITION_EOF:
+            return None
+        raise RetriableError(f"reading {tp.topic}[{tp.partition}] failed: {err.str()}")
+    raise RetriableError(
+        f"reading {tp.topic}[{tp.partition}] at offset {offset} took over {timeout} s"
+    )
 
 
 def _last_in(

@@ -23,6 +23,7 @@ from relay.errors import ConfigurationError, KafkaError, TargetTopicError
 from relay.kafka.admin import admin_client, check_broker
 from relay.kafka.errors import kafka_reason, lib_error, translate
 from relay.kafka.replica_writer import target_positions_consumer
+from relay.replication.types import Route
 from relay.settings.replicate import ReplicateSettings
 
 log = logging.getLogger(__name__)
@@ -120,6 +121,19 @@ class TopicPlanner:
             self._fit(item, target.get(target_topic))
             planned.append(item)
         return planned
+
+    def routes(self) -> list[tuple[Route, bool]]:
+        """Every partition of the selected source topics, and whether its target partition
+        exists; nothing is created (`relay replicate --lag`)."""
+        selection = self._settings.selection
+        source = self._topics(self._source, "source")
+        target = self._topics(self._target, "target")
+        return [
+            (Route(topic, p, name), p < target.get(name, 0))
+            for topic in sorted(t for t in source if selection.selects(t))
+            for name in [selection.target_topic(topic)]
+            for p in range(source[topic])
+        ]
 
     def _topics(self, admin: AdminClient, name: str) -> dict[str, int]:
         try:

@@ -22,17 +22,19 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
 from relay.errors import (
     AmbiguousCommitError,
-    GaveUpError,
+    KafkaError,
     ProducerFencedError,
     RelayError,
     RetriableError,
     TransactionTimedOutError,
 )
+from relay.replication.freshness import Freshness
 from relay.replication.ports import (
     NoReplicaObserver,
     NoTopicIds,
@@ -42,6 +44,7 @@ from relay.replication.ports import (
     TopicIds,
 )
 from relay.replication.position_check import check_owner, checked_start, same_topics
+from relay.replication.retrying import retrying
 from relay.replication.types import (
     Origin,
     PositionStamp,
@@ -81,6 +84,8 @@ class PartitionReplicator:
         observer: ReplicaObserver | None = None,
         ids: TopicIds | None = None,
         owner: PositionStamp | None = None,
+        heartbeat_s: float = 0.0,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.route = route
         self._reader = reader
@@ -99,6 +104,7 @@ class PartitionReplicator:
         self._read: list[SourceRecord] = []  # read from the source, not copied yet
         self._committed_at = 0.0
         self._unsettled = False  # a transaction failed: restart before the next batch
+        self._freshness = Freshness(heartbeat_s, self._clock, wall)  # every heartbeat_s
 
     @property
     def next_offset(self) -> int:
@@ -138,6 +144,10 @@ class PartitionReplicator:
         )
         self._failpoints.hit("startup", self.route.partition)
         self._observer.running(self.route.topic, self.route.partition, self._next)
+        if self._stamp.as_of_ms is not None:  # committed with the position: still true
+            self._observer.complete_through(
+                self.route.topic, self.route.partition, self._stamp.as_of_ms
+            )
         return self._next
 
     def start_retrying(self, stop: threading.Event | None = None) -> int | None:
@@ -148,37 +158,13 @@ class PartitionReplicator:
     def _retrying(
         self, what: Callable[[], str], attempt: Callable[[], T], stop: threading.Event | None
     ) -> T | None:
-        """``attempt()`` until it succeeds, waiting the retry policy's delay after each
-        transient error; GaveUpError when the policy gives up, None when ``stop`` is set."""
-        attempts = 0
-        while True:
-            attempts += 1
-            try:
-                return attempt()
-            except RetriableError as exc:
-                if isinstance(exc, AmbiguousCommitError):
-                    self._unsettled = True  # the next attempt restarts first
-                if self._retry.gives_up_after(attempts):
-                    raise GaveUpError(
-                        f"{self.route}: {what()} failed {attempts} times, last error: {exc}"
-                    ) from exc
-                delay = self._retry.delay(attempts)
-                log.warning(
-                    "%s: %s failed (%s); retrying in %.1f s",
-                    self.route,
-                    what(),
-                    exc,
-                    delay,
-                    extra={
-                        "topic": self.route.topic,
-                        "partition": self.route.partition,
-                        "attempt": attempts,
-                        "delay_s": delay,
-                    },
-                )
-                self._observer.retrying(self.route.topic, self.route.partition)
-                if self._clock.wait(delay, stop):
-                    return None
+        return retrying(
+            self.route, what, attempt, stop, retry=self._retry, clock=self._clock,
+            observer=self._observer, in_doubt=self._in_doubt,
+        )  # fmt: skip
+
+    def _in_doubt(self) -> None:
+        self._unsettled = True  # the next attempt restarts first
 
     def _restart(self) -> None:
         """After a failed transaction: a new producer, fenced again (which settles a
@@ -200,7 +186,11 @@ class PartitionReplicator:
         if not self._read:
             if up_to is not None and self._reader.position() >= up_to:
                 return []  # read up to the end: no need to wait for more
-            self._read = list(self._reader.read(self._limits.rows, wait_s))
+            try:
+                self._read = list(self._reader.read(self._limits.rows, wait_s))
+            except KafkaError:  # e.g. the source partition now ends below the position:
+                same_topics(self.route, self._stamp, self._ids, self._clock.monotonic())
+                raise  # refused above when its topic was created again, with the way out
             self._read_at = self._clock.monotonic()
         records = list(self._limits.take(self._read))
         if up_to is not None and records and records[-1].offset >= up_to:
@@ -211,10 +201,12 @@ class PartitionReplicator:
         began = self._clock.monotonic()
         if self._unsettled:
             self._restart()
+        self._freshness.probe_if_due(self._reader.end_offset, self.route)
         records = self._take(up_to, wait_s)
         if not records:
             if not self._read:  # caught up: only aborted records and markers were skipped
                 read_up_to = max(self.next_offset, self._reader.position())
+                self._settled(self._freshness.stamped(self._stamp, read_up_to))
                 self._observer.running(self.route.topic, self.route.partition, read_up_to)
             return None
         if not same_topics(self.route, self._stamp, self._ids, self._read_at):
@@ -222,13 +214,16 @@ class PartitionReplicator:
             return None
         check_owner(self.route, self._writer.position(), self._stamp)
         next_offset = records[-1].offset + 1
+        # Past this batch: aborted records and markers read behind it are done too.
+        done = next_offset if len(records) < len(self._read) else self._reader.position()
+        stamp = self._freshness.stamped(self._stamp, max(next_offset, done))
         self._writer.begin()
         opened = self._clock.monotonic()
         try:
             self._writer.send(records)
             self._failpoints.hit("after_produce", self.route.partition)
             self._failpoints.hit("before_commit", self.route.partition)
-            self._writer.commit(next_offset, self._stamp)
+            self._writer.commit(next_offset, stamp)
         except ProducerFencedError as exc:
             raise self._fenced(exc, records, self._clock.monotonic() - opened) from None
         except RetriableError as exc:
@@ -242,6 +237,7 @@ class PartitionReplicator:
             raise
         del self._read[: len(records)]
         self._next = next_offset
+        self._settled(stamp)
         self._committed_at = self._clock.monotonic()
         self._limits.committed(self._committed_at - opened)
         self._observer.copied(
@@ -254,6 +250,15 @@ class PartitionReplicator:
         self._observer.running(self.route.topic, self.route.partition, next_offset)
         self._failpoints.hit("after_commit", self.route.partition)
         return ReplicaBatch(len(records), records[0].offset, next_offset)
+
+    def _settled(self, stamp: PositionStamp) -> None:
+        """``stamp`` holds now: committed, or nothing was left to copy below its time."""
+        if stamp is self._stamp:
+            return
+        self._freshness.settle()
+        self._stamp = stamp
+        if stamp.as_of_ms is not None:
+            self._observer.complete_through(self.route.topic, self.route.partition, stamp.as_of_ms)
 
     def _abort_quietly(self) -> None:
         try:

@@ -131,6 +131,10 @@ class ReplicaObserver(Protocol):
     def retrying(self, topic: str, partition: int) -> None:
         """A batch failed with a transient error and waits to be tried again."""
 
+    def complete_through(self, topic: str, partition: int, as_of_ms: int) -> None:
+        """Every record a read_committed consumer of the source partition could see at
+        ``as_of_ms`` (ms since the epoch) is copied (relay.replication.freshness)."""
+
 
 class NoReplicaObserver:
     """The observer of a replicator nobody watches."""
@@ -149,4 +153,7 @@ class NoReplicaObserver:
         pass
 
     def retrying(self, topic: str, partition: int) -> None:
+        pass
+
+    def complete_through(self, topic: str, partition: int, as_of_ms: int) -> None:
         pass

@@ -77,7 +77,7 @@ def checked_start(
             committed, found = ReplicaPosition(0, None, exists=False), None
         elif found.topic_id is not None and found.topic_id != mine.topic_id:
             raise recreated_error(route, found.topic_id, mine.topic_id, running=False)
-    stamp = mine if found is None else replace(mine, since=found.since)
+    stamp = mine if found is None else replace(mine, since=found.since, as_of_ms=found.as_of_ms)
     copy = last_copy(stamp.since)
     if copy is not None and (copy.cluster, copy.topic) != (mine.origin.cluster, route.topic):
         raise ReplicaPositionError(

@@ -69,7 +69,9 @@ class PositionStamp:
     recorded) the source cluster's id and topic id it counts offsets of, the target
     topic id its copies went to, the transactional-id prefix of the replicators that
     commit it, and ``since``: the first target offset of copies of this source topic id
-    (the copies below it are of a topic deleted since). None: not recorded."""
+    (the copies below it are of a topic deleted since); ``as_of_ms``: a time the position
+    is complete through (every record a read_committed consumer of the source partition
+    could see then is below it; relay.replication.freshness). None: not recorded."""
 
     origin: Origin
     cluster_id: str | None = None
@@ -77,6 +79,7 @@ class PositionStamp:
     target_id: str | None = None
     prefix: str | None = None
     since: int = 0
+    as_of_ms: int | None = None
 
     def text(self) -> str:
         fields = {
@@ -87,6 +90,7 @@ class PositionStamp:
             "target_id": self.target_id,
             "prefix": self.prefix,
             "since": str(self.since) if self.since else None,
+            "as_of": None if self.as_of_ms is None else str(self.as_of_ms),
         }
         return stamp(**{k: v for k, v in fields.items() if v is not None})
 
@@ -96,7 +100,7 @@ class PositionStamp:
         if origin is None:
             return None
         found = read_fields(text)
-        since = found.get("since", "0")
+        since, as_of = found.get("since", "0"), found.get("as_of", "")
         return cls(
             origin,
             found.get("cluster_id"),
@@ -104,6 +108,7 @@ class PositionStamp:
             found.get("target_id"),
             found.get("prefix"),
             int(since) if since.isdigit() else 0,
+            int(as_of) if as_of.isdigit() else None,
         )
 
 

@@ -36,6 +36,7 @@ from relay.settings.spec import (
     names,
     non_empty,
     seconds,
+    seconds_or_zero,
     text,
     whole,
 )
@@ -192,6 +193,17 @@ REPLICATE = (
         metavar="SECONDS",
     ),
     Setting(
+        "heartbeat_interval_s",
+        "RELAY_REPLICATE_HEARTBEAT_INTERVAL_S",
+        "--heartbeat-interval",
+        seconds_or_zero,
+        5.0,
+        "read each source partition's last stable offset this often, to learn the time "
+        "its copy is complete through (relay_replicate_lag_seconds, also while the source "
+        "is idle; the positions carry it); 0: never",
+        metavar="SECONDS",
+    ),
+    Setting(
         "target_compression",
         "RELAY_REPLICATE_TARGET_COMPRESSION",
         "--target-compression",
@@ -248,6 +260,7 @@ class ReplicateSettings:
     retry_attempts: int = _DEFAULTS["retry_attempts"]
     position_refresh_s: float = _DEFAULTS["position_refresh_s"]
     target_compression: str = _DEFAULTS["target_compression"]
+    heartbeat_interval_s: float = _DEFAULTS["heartbeat_interval_s"]
     metrics_port: int | None = METRICS_PORT.default
     metrics_host: str = METRICS_HOST.default
 

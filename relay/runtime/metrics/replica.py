@@ -54,6 +54,7 @@ class ReplicaMetrics(ProcessMetrics):
             "Per copied record: its age (from its source timestamp) when its batch was read",
         )
         self._positions: dict[TopicPartition, int] = {}
+        self._through: dict[TopicPartition, int] = {}  # complete through, ms since the epoch
         self._stable: Sampled[TopicPartition, int] = Sampled(
             "reading the source's last stable offsets", self._clock
         )
@@ -99,6 +100,11 @@ class ReplicaMetrics(ProcessMetrics):
         self._retries.labels(topic, str(partition)).inc()
         self.readiness.set(component(topic, partition), State.RETRYING)
 
+    def complete_through(self, topic: str, partition: int, as_of_ms: int) -> None:
+        with self._lock:
+            tp = (topic, partition)
+            self._through[tp] = max(as_of_ms, self._through.get(tp, as_of_ms))
+
     def stopped(self, topic: str, partition: int) -> None:
         self.readiness.set(component(topic, partition), State.STOPPED)
 
@@ -116,5 +122,29 @@ class ReplicaMetrics(ProcessMetrics):
         for tp in sorted(positions.keys() & stable.keys()):
             lag.add_metric([tp[0], str(tp[1])], max(0, stable[tp] - positions[tp]))
         yield lag
+        yield from self._freshness()
         yield self._latency.family()
         yield self._age.family()
+
+    def _freshness(self) -> Iterator[Metric]:
+        """Each source partition's complete-through time (relay.replication.freshness) and
+        this host's clock minus it: a lag in seconds that stays fresh on an idle source."""
+        through = GaugeMetricFamily(
+            "relay_replicate_complete_through_timestamp_seconds",
+            "Every record a read_committed consumer of the source partition could see at "
+            "this time (seconds since the epoch) is copied (--heartbeat-interval)",
+            labels=["topic", "partition"],
+        )
+        lag = GaugeMetricFamily(
+            "relay_replicate_lag_seconds",
+            "This host's clock minus relay_replicate_complete_through_timestamp_seconds",
+            labels=["topic", "partition"],
+        )
+        with self._lock:
+            found = dict(self._through)
+        now = self._wall()
+        for (topic, partition), as_of_ms in sorted(found.items()):
+            through.add_metric([topic, str(partition)], as_of_ms / 1000)
+            lag.add_metric([topic, str(partition)], max(0.0, now - as_of_ms / 1000))
+        yield through
+        yield lag

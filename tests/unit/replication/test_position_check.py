@@ -9,9 +9,16 @@ import pytest
 
 from relay.errors import KafkaError, ReplicaPositionError
 from relay.replication.partition_replicator import PartitionReplicator
-from relay.replication.types import NO_POSITION, PositionStamp, ReplicaPosition
+from relay.replication.types import NO_POSITION, PositionStamp, ReplicaPosition, SourceRecord
 from tests.fakes.publishing import FakeClock
-from tests.fakes.replication import ORIGIN, ROUTE, MemorySource, MemoryTarget, source_log
+from tests.fakes.replication import (
+    ORIGIN,
+    ROUTE,
+    MemoryReader,
+    MemorySource,
+    MemoryTarget,
+    source_log,
+)
 
 
 @dataclass
@@ -161,3 +168,25 @@ def test_another_prefix_committing_meanwhile_is_refused_before_the_next_batch() 
     with pytest.raises(ReplicaPositionError, match="prefix 'other', this one has 'dr'"):
         mine.copy_batch()
     assert len(target.copies) == 2
+
+
+def test_a_source_topic_recreated_shorter_while_copying_is_refused_with_the_way_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    source, target, ids = copied()
+    replicator = make(source, target, ids)
+    replicator.start()
+    ids.ids["orders"] = "S2"
+
+    def ends_below(reader: MemoryReader, max_records: int, wait_s: float) -> list[SourceRecord]:
+        raise KafkaError(
+            f"{ROUTE}: the source partition ends at offset 0, below the next offset to copy "
+            f"({reader.next_offset}): its log was truncated or the topic recreated"
+        )
+
+    monkeypatch.setattr(MemoryReader, "read", ends_below)
+    with pytest.raises(ReplicaPositionError, match="--reset-recreated-topic orders"):
+        replicator.copy_batch()
+    ids.ids["orders"] = "S1"  # the same topic, truncated: the reader's error stands
+    with pytest.raises(KafkaError, match="truncated"):
+        replicator.copy_batch()
