@@ -232,6 +232,9 @@ def start_kafka(
             port = ports.kafka
             _check_ports_free(wd, ports)
             pid = _launch(wd, ports, timeout, overrides)
+            # Resolving the jars (Maven, on a fresh clone) and formatting the storage are not
+            # the broker's start: its ``timeout`` to answer runs from its launch.
+            deadline = Deadline(timeout)
         if not wait_for(
             lambda: not pid_alive(pid) or kafka_answering(port, 2.0),
             deadline.remaining(),
