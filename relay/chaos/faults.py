@@ -257,10 +257,12 @@ def kill9_target_broker(ctx: FaultContext) -> Outcome:
 
 def pause_replicator(ctx: FaultContext) -> Outcome:
     """SIGSTOP the replicator (half of the time inside a target transaction). Then either
-    a new instance starts, fences every partition, and the old one gets SIGCONT (it must
-    stop, fenced), or the old one is held ``replicator_pause_s`` (longer than its
-    transaction timeout: the broker aborts its open transaction) and SIGCONT: it must go
-    on without a gap or a duplicate."""
+    a new instance starts, takes every partition over (the members group gives it the
+    paused one's once its session times out) and fences it, and the old one gets SIGCONT
+    (it must stop, fenced, or go on as a member without committing what it held), or the
+    old one is held ``replicator_pause_s`` (longer than its transaction timeout: the
+    broker aborts its open transaction) and SIGCONT: it must go on without a gap or a
+    duplicate."""
     slot = _replicator(ctx)
     old = ctx.running(slot)
     where = _stop(ctx, old, "inside a target transaction")
