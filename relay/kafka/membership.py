@@ -54,6 +54,7 @@ class Membership(Generic[K]):
         assigned: Callable[[Sequence[K]], None],
         revoked: Callable[[Sequence[K]], None],
         paused: bool = False,
+        metadata_refresh_ms: int | None = None,
     ) -> None:
         self._assigned, self._revoked, self._paused = assigned, revoked, paused
         config = {
@@ -66,6 +67,8 @@ class Membership(Generic[K]):
             "enable.auto.offset.store": False,
             "auto.offset.reset": "latest",
         }
+        if metadata_refresh_ms is not None:  # how soon partitions added are assigned
+            config["topic.metadata.refresh.interval.ms"] = metadata_refresh_ms
         try:
             self._consumer = Consumer(config, logger=_librdkafka_log)
         except KafkaException as exc:

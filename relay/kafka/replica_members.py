@@ -48,6 +48,8 @@ class ReplicaMembership(Membership[TargetPartition]):
             assigned=self._held_more,
             revoked=self._held_less,
             paused=True,
+            # A target topic the replan grew: its partitions assignable by the next replan.
+            metadata_refresh_ms=max(1000, min(300_000, int(settings.topic_refresh_s * 1000))),
         )
         self._take, self._give = assigned, revoked
         self._routes: dict[TargetPartition, Route] = {}
