@@ -2,13 +2,16 @@
 
 Three instances join the members group on the target cluster and divide six source
 partitions: each copies only its own. One is killed (SIGKILL): the others take its
-partitions over within the session timeout, and the target holds every committed source
-record exactly once (counted per source offset, from the relay-source-offset header).
+partitions over within the session timeout. Then one is paused (SIGSTOP) past its
+session and resumed: the last one takes everything over and fences it, and the resumed
+one rejoins and shares again. The target holds every committed source record exactly
+once (counted per source offset, from the relay-source-offset header).
 A `--once` run (or the Spark job's driver) beside live members is refused.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -96,8 +99,8 @@ def copied(
     return check
 
 
-@pytest.mark.long(60)
-def test_instances_share_the_source_partitions_and_take_over_a_killed_ones(
+@pytest.mark.long(90)
+def test_instances_share_the_source_partitions_and_take_over_a_killed_or_paused_ones(
     replica: ReplicaEnv, make_topic: Callable[..., str], tmp_path: Path
 ) -> None:
     topic = make_topic("repl-share", partitions=_PARTITIONS)
@@ -133,9 +136,23 @@ def test_instances_share_the_source_partitions_and_take_over_a_killed_ones(
         assert took_over < 2 * _SESSION_MS / 1000, explain()
         assert b.poll() is None and c.poll() is None, explain()
         assert [started(log) for log in logs[1:]] == [taken(log) for log in logs[1:]], explain()
+
+        # A zombie: b paused past its session; c takes everything over and fences it.
+        os.kill(b.pid, signal.SIGSTOP)
+        paused = time.monotonic()
+        n = write_transactions(replica.source, topic, transactions=12, per_transaction=30, first=n)
+        wait_until(lambda: holdings(logs[2]) == set(range(_PARTITIONS)), 60, "c: all", explain)
+        wait_until(copied(replica, topic, target), 60, "c to copy b's", explain)
+        print(f"a paused instance's partitions copied {time.monotonic() - paused:.1f} s later")
+        os.kill(b.pid, signal.SIGCONT)
+        wait_until(spread_between(logs[1:]), 90, "the resumed one to rejoin and share", explain)
+        write_transactions(replica.source, topic, transactions=12, per_transaction=30, first=n)
+        wait_until(copied(replica, topic, target), 60, "both to copy after the resume", explain)
+        assert b.poll() is None and c.poll() is None, explain()
     finally:
         for member in members:
             if member.poll() is None:
+                os.kill(member.pid, signal.SIGCONT)
                 member.terminate()
         codes = [_exit_code(member) for member in members]
     assert codes[1:] == [0, 0], explain()  # SIGTERM: finish the transactions, leave the group
