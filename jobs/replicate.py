@@ -17,13 +17,17 @@ from relay.commands.replicate import (
     replicate_partition,
     with_end_offsets,
 )
+from relay.commands.replicate_shared import refuse_beside_members
 from relay.settings.replicate import ReplicateSettings
 from relay.spark.replicate import ReplicateSteps, main
 
 
 def plan(settings: ReplicateSettings) -> list[ReplicaTask]:
-    """Every selected source partition, up to its last stable offset now."""
-    return with_end_offsets(settings, plan_replication(settings).tasks())
+    """Every selected source partition, up to its last stable offset now; refused beside
+    continuous `relay replicate` instances (they would be fenced) unless --fence-members."""
+    planned = plan_replication(settings)
+    refuse_beside_members(settings.with_group(planned.group), "the replicate Spark job")
+    return with_end_offsets(settings, planned.tasks())
 
 
 if __name__ == "__main__":

@@ -99,7 +99,8 @@ def drain(
         wait_until_stable(source, topic, list(range(config.topic_partitions)), deadline)
     runs = _run_until(
         relay_command("replicate", "--once"),
-        env=env.replicate_env(),
+        # every replicator is stopped; a killed member stays in the group for a while
+        env=env.replicate_env(RELAY_REPLICATE_FENCE_MEMBERS="true"),
         done=lambda c: c == 0,
         deadline=deadline,
         clock=clock,

@@ -20,6 +20,7 @@ from relay.chaos.logwatch import (
     reader_from_now,
     relay_holdings,
     relay_partitions_fenced,
+    source_holdings,
     source_partitions_fenced,
 )
 from relay.chaos.names import FaultKind
@@ -257,31 +258,45 @@ def kill9_target_broker(ctx: FaultContext) -> Outcome:
 
 def pause_replicator(ctx: FaultContext) -> Outcome:
     """SIGSTOP the replicator (half of the time inside a target transaction). Then either
-    a new instance starts, fences every partition, and the old one gets SIGCONT (it must
-    stop, fenced), or the old one is held ``replicator_pause_s`` (longer than its
-    transaction timeout: the broker aborts its open transaction) and SIGCONT: it must go
-    on without a gap or a duplicate."""
+    a new instance starts, takes every partition over (the members group gives it the
+    paused one's once its session times out) and fences it, and the old one gets SIGCONT
+    (it must stop, fenced, or go on as a member without committing what it held), or the
+    old one is held ``replicator_pause_s`` (longer than its transaction timeout: the
+    broker aborts its open transaction) and SIGCONT: it must go on without a gap or a
+    duplicate."""
     slot = _replicator(ctx)
     old = ctx.running(slot)
     where = _stop(ctx, old, "inside a target transaction")
+    # Replicators share the partitions through a members group: the paused one's are
+    # taken over by the new one, or by a replicator an earlier pause left running.
+    others = [p for p in ctx.supervisor.live(slot) if p is not old]
+    watched = [Fenced(reader_from_now(p.log_path), source_partitions_fenced) for p in others]
+    held = source_holdings(old.output().encode())
     if ctx.rng.random() < 0.5:
         stopped = ctx.clock.monotonic()
         ctx.clock.wait(ctx.replicator_pause_s)  # the pause itself, not a synchronisation
-        held = ctx.clock.monotonic() - stopped
+        paused_s = ctx.clock.monotonic() - stopped
         old.signal_group(signal.SIGCONT)
-        return Outcome(f"replicator pid {old.pid}", f"SIGSTOP {where}; held {held:.0f} s; SIGCONT")
+        return Outcome(
+            f"replicator pid {old.pid}", f"SIGSTOP {where}; held {paused_s:.0f} s; SIGCONT"
+        )
     replaced = ctx.supervisor.replace(slot)
     if replaced is None:
         old.signal_group(signal.SIGCONT)
         raise FaultSkipped(f"replicator pid {old.pid} exited before it could be replaced")
     _, new = replaced
-    fenced = Fenced(LogReader(new.log_path), source_partitions_fenced)
-    took_over = ctx.wait(lambda: len(fenced()) >= ctx.replica_partitions or not new.alive, 60.0)
+    watched.append(Fenced(LogReader(new.log_path), source_partitions_fenced))
+
+    def taken_over() -> bool:
+        return held <= set().union(*(fenced() for fenced in watched)) or not new.alive
+
+    took_over = ctx.wait(taken_over, 60.0)
     old.signal_group(signal.SIGCONT)
-    state = "took over every partition" if took_over and new.alive else "did NOT take over"
+    shown = ", ".join(sorted(held)) or "none"
+    state = "taken over" if took_over and new.alive else "NOT taken over"
     return Outcome(
         f"replicator pid {old.pid}",
-        f"SIGSTOP {where}; new replicator pid {new.pid} {state}; SIGCONT",
+        f"SIGSTOP {where}; new replicator pid {new.pid}; its partitions ({shown}) {state}; SIGCONT",
     )
 
 

@@ -83,24 +83,45 @@ def relay_holdings(data: bytes) -> set[str]:
     shares the partitions with the members of its group logs ``taking relay partitions
     [..]`` and gives them up (``handing ... on``, ``lost ...``, ``relay partition N
     released``); one that never logged taking any holds what it fenced."""
+    return _holdings(data, "relay partition", _listed, _ONE, relay_partitions_fenced)
+
+
+_SOURCE_LISTED = re.compile(r"source partitions \[(.*)\]")
+_SOURCE_ONE = re.compile(r"source partition (\S+\[\d+\])(?::| released: )")
+
+
+def source_holdings(data: bytes) -> set[str]:
+    """The source partitions (``topic[p]``) a continuous replicator's whole log shows it
+    holding at its end, as :func:`relay_holdings` for a relay."""
+
+    def listed(line: str) -> set[str]:
+        found = _SOURCE_LISTED.search(line)
+        return set(re.findall(r"\S+?\[\d+\]", found.group(1))) if found else set()
+
+    return _holdings(data, "source partition", listed, _SOURCE_ONE, source_partitions_fenced)
+
+
+def _holdings(
+    data: bytes,
+    noun: str,
+    listed: Callable[[str], set[str]],
+    one: re.Pattern[str],
+    fenced: Callable[[bytes], set[str]],
+) -> set[str]:
     held: set[str] = set()
     shared = False
     for line in data.decode(errors="replace").splitlines():
-        listed = _LISTED.search(line)
-        listed_set = (
-            {p.strip() for p in listed.group(1).split(",") if p.strip()} if listed else set()
-        )
-        if "taking relay partitions [" in line:
+        if f"taking {noun}s [" in line:
             shared = True
-            held |= listed_set
-        elif "handing relay partitions [" in line or "lost relay partitions [" in line:
-            held -= listed_set
-        elif (one := _ONE.search(line)) is not None:
+            held |= listed(line)
+        elif f"handing {noun}s [" in line or f"lost {noun}s [" in line:
+            held -= listed(line)
+        elif (found := one.search(line)) is not None:
             if " released: " in line:
-                held.discard(one.group(1))
+                held.discard(found.group(1))
             elif "still assigned here, taking it back" in line:
-                held.add(one.group(1))
-    return held if shared else relay_partitions_fenced(data)
+                held.add(found.group(1))
+    return held if shared else fenced(data)
 
 
 def _listed(line: str) -> set[str]:

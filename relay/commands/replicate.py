@@ -2,9 +2,11 @@
 
 `relay replicate` runs each source partition's
 :class:`~relay.replication.partition_replicator.PartitionReplicator` as a thread of this
-process; the Spark job (``jobs/replicate.py``) runs each as a task. Both plan the topics
-here first (:func:`plan_replication`): the selected source topics, their target topics
-created or grown, and the name the provenance headers and positions give the source.
+process (with ``--once`` all of them; else those the members group gives this instance,
+:mod:`relay.commands.replicate_shared`); the Spark job (``jobs/replicate.py``) runs
+each as a task. Both plan the topics here first (:func:`plan_replication`): the
+selected source topics, their target topics created or grown, and the name the
+provenance headers and positions give the source.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 from relay.commands.groups import replicate_settings
+from relay.commands.replicate_shared import refuse_beside_members, share_routes
 from relay.errors import RelayError, RetriableError
 from relay.kafka.replica_copies import KafkaTopicIds
 from relay.kafka.replica_reader import KafkaSourceReader, last_stable_offsets
@@ -155,9 +158,10 @@ def replicate_partition(settings: ReplicateSettings, task: ReplicaTask) -> Repli
 
 
 class ReplicateService:
-    """Copies the selected topics' partitions as threads of this process: up to the
-    source's last stable offsets when it started (``once``), or for as long as it runs,
-    picking up new topics and partitions every ``topic_refresh_s``."""
+    """Copies the selected topics' partitions as threads of this process: all of them up
+    to the source's last stable offsets when it started (``once``), or for as long as it
+    runs those the members group gives it, picking up new topics and partitions every
+    ``topic_refresh_s``."""
 
     def __init__(
         self,
@@ -198,6 +202,7 @@ class ReplicateService:
             self._activity.flush()
 
     def _run_once(self, plan: ReplicationPlan) -> RunSummary[ReplicaResult]:
+        refuse_beside_members(self._settings, "relay replicate --once")
         retry = RetryPolicy(max_attempts=self._settings.retry_attempts)
         tasks = with_end_offsets(self._settings, plan.tasks())
         replicators = [self._build(task, retry) for task in tasks]
@@ -247,32 +252,23 @@ class ReplicateService:
 
     def _follow(self, plan: ReplicationPlan) -> RunSummary[ReplicaResult]:
         retry = RetryPolicy()  # a service retries for ever
-        running: dict[Route, Future[ReplicaResult]] = {}
-        while True:
-            for task in plan.tasks():
-                if task.route not in running:
-                    running[task.route] = self._thread(task, retry)
-            # A partition that fails for good sets the stop event too: the process stops.
-            if self._clock.wait(self._settings.topic_refresh_s, self.stop_event):
-                break
-            plan = self._replan(plan)
-        return RunSummary(tuple(self._results(list(running.values()))))
+        planned = [plan]
+        tasks = {task.route: task for task in plan.tasks()}  # every route planned so far
 
-    def _thread(self, task: ReplicaTask, retry: RetryPolicy) -> Future[ReplicaResult]:
-        """``_copy(task)`` on a thread of its own (a partition follows its source for as
-        long as the process runs; a pool would cap how many do)."""
-        future: Future[ReplicaResult] = Future()
+        def replan() -> None:
+            planned[0] = self._replan(planned[0])
+            tasks.update((task.route, task) for task in planned[0].tasks())
 
-        def copy() -> None:
-            future.set_running_or_notify_cancel()
-            try:
-                future.set_result(self._copy(task, retry))
-            except BaseException as exc:
-                self.stop_event.set()
-                future.set_exception(exc)
-
-        threading.Thread(target=copy, name=f"replicate-{task.route}", daemon=True).start()
-        return future
+        results = share_routes(
+            self._settings,
+            routes=lambda: [task.route for task in planned[0].tasks()],
+            replan=replan,
+            copy=lambda route, stop: self._copy(tasks[route], retry, stop),
+            released=lambda route: self.metrics.released(route.topic, route.partition),
+            clock=self._clock,
+            stop=self.stop_event,
+        )
+        return RunSummary(tuple(results))
 
     def _replan(self, plan: ReplicationPlan) -> ReplicationPlan:
         try:
@@ -290,9 +286,8 @@ class ReplicateService:
                 )
         return found
 
-    def _copy(self, task: ReplicaTask, retry: RetryPolicy) -> ReplicaResult:
+    def _copy(self, task: ReplicaTask, retry: RetryPolicy, stop: threading.Event) -> ReplicaResult:
         replicator = self._build(task, retry)
-        stop = self.stop_event
         try:
             # A service outlives a restarting broker on either side (retry without end).
             if replicator.start_retrying(stop) is None:

@@ -1,4 +1,5 @@
-"""`relay run` without ``--partitions``: processes on any hosts share the relay partitions.
+"""`relay run` without ``--partitions``: processes on any hosts share the relay partitions
+(and continuous `relay replicate` processes the source partitions, the same way).
 
 The members group (:mod:`relay.kafka.membership`) says which relay partitions this
 process holds; each one runs in a thread of its own, with a stop event of its own::
@@ -22,15 +23,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from typing import Generic, TypeVar
 
-from relay.errors import ProducerFencedError, RelayError
-from relay.publishing.types import DrainResult
+from relay.errors import ConfigurationError, KafkaError, ProducerFencedError, RelayError
 from relay.runtime.clock import Clock
 
 log = logging.getLogger(__name__)
 
-RunPartition = Callable[[int, threading.Event], DrainResult]
+K = TypeVar("K", bound=Hashable)  # what is shared: a relay partition, a source partition
+R = TypeVar("R")  # what running one returns
 _POLL_S = 0.2  # how often the group and the workers are looked at
 
 
@@ -41,48 +43,57 @@ class _Worker:
         self.thread, self.stop = thread, stop
 
 
-class PartitionWorkers:
-    """The relay partitions this process runs now. ``assigned`` and ``revoked`` are called
-    by the membership (on the polling thread), :meth:`check` by the polling loop."""
+class PartitionWorkers(Generic[K, R]):
+    """The relay partitions (or, with ``noun``, other units) this process runs now.
+    ``assigned`` and ``revoked`` are called by the membership (on the polling thread),
+    :meth:`check` by the polling loop."""
 
     def __init__(
         self,
-        run_partition: RunPartition,
+        run_partition: Callable[[K, threading.Event], R],
         *,
         clock: Clock,
         retake_after_s: float,
         stop_within_s: float,
-        released: Callable[[int], None],
+        released: Callable[[K], None],
         wake: Callable[[], None],
+        noun: str = "relay partition",
+        thread_prefix: str = "relay-p",
     ) -> None:
         self._run = run_partition
+        self._noun, self._thread_prefix = noun, thread_prefix
         self._clock = clock
         self._retake_after_s = retake_after_s
         self._stop_within_s = stop_within_s
         self._released = released
         self._wake = wake
         self._lock = threading.Lock()
-        self._workers: dict[int, _Worker] = {}
-        self._assigned: set[int] = set()
-        self._fenced_at: dict[int, float] = {}
+        self._workers: dict[K, _Worker] = {}
+        self._assigned: set[K] = set()
+        self._fenced_at: dict[K, float] = {}
         self._failure: BaseException | None = None
-        self.results: list[DrainResult] = []
+        self.results: list[R] = []
 
-    def assigned(self, partitions: Sequence[int]) -> None:
-        log.info(
-            "taking relay partitions %s", list(partitions), extra={"partitions": list(partitions)}
-        )
+    @property
+    def running(self) -> list[K]:
+        """The units whose workers run now."""
+        with self._lock:
+            return list(self._workers)
+
+    def _listed(self, partitions: Sequence[K]) -> str:
+        return f"{self._noun}s [{', '.join(str(p) for p in partitions)}]"
+
+    def assigned(self, partitions: Sequence[K]) -> None:
+        log.info("taking %s", self._listed(partitions), extra={"partitions": _extra(partitions)})
         with self._lock:
             self._assigned.update(partitions)
             for partition in partitions:
                 self._fenced_at.pop(partition, None)
                 self._start(partition)
 
-    def revoked(self, partitions: Sequence[int]) -> None:
+    def revoked(self, partitions: Sequence[K]) -> None:
         log.info(
-            "handing relay partitions %s on",
-            list(partitions),
-            extra={"partitions": list(partitions)},
+            "handing %s on", self._listed(partitions), extra={"partitions": _extra(partitions)}
         )
         with self._lock:
             self._assigned.difference_update(partitions)
@@ -104,9 +115,10 @@ class PartitionWorkers:
                 if now - at >= self._retake_after_s and partition in self._assigned:
                     del self._fenced_at[partition]
                     log.info(
-                        "relay partition %d: still assigned here, taking it back",
+                        "%s %s: still assigned here, taking it back",
+                        self._noun,
                         partition,
-                        extra={"partition": partition},
+                        extra={"partition": _field(partition)},
                     )
                     self._start(partition)
 
@@ -116,12 +128,15 @@ class PartitionWorkers:
             self._workers.clear()
         self._join(leaving)
 
-    def _start(self, partition: int) -> None:
+    def _start(self, partition: K) -> None:
         if partition in self._workers:
             return
         stop = threading.Event()
         thread = threading.Thread(
-            target=self._body, args=(partition, stop), name=f"relay-p{partition}", daemon=True
+            target=self._body,
+            args=(partition, stop),
+            name=f"{self._thread_prefix}{partition}",
+            daemon=True,
         )
         self._workers[partition] = _Worker(thread, stop)
         thread.start()
@@ -140,15 +155,16 @@ class PartitionWorkers:
                     self._stop_within_s,
                 )
 
-    def _body(self, partition: int, stop: threading.Event) -> None:
+    def _body(self, partition: K, stop: threading.Event) -> None:
         try:
             result = self._run(partition, stop)
         except ProducerFencedError as exc:
             log.warning(
-                "relay partition %d released: %s; the others go on",
+                "%s %s released: %s; the others go on",
+                self._noun,
                 partition,
                 exc,
-                extra={"partition": partition},
+                extra={"partition": _field(partition)},
             )
             with self._lock:
                 self._fenced_at[partition] = self._clock.monotonic()
@@ -163,7 +179,7 @@ class PartitionWorkers:
                 self.results.append(result)
                 self._forget(partition, stop)
 
-    def _forget(self, partition: int, stop: threading.Event) -> None:
+    def _forget(self, partition: K, stop: threading.Event) -> None:
         worker = self._workers.get(partition)
         if worker is not None and worker.stop is stop:
             del self._workers[partition]
@@ -194,9 +210,18 @@ class CountWatch:
         return found != self._count
 
 
+def _field(unit: object) -> object:
+    """A unit as a structured log field: a relay partition as a number, others as text."""
+    return unit if isinstance(unit, int) else str(unit)
+
+
+def _extra(partitions: Sequence[object]) -> list[object]:
+    return [_field(p) for p in partitions]
+
+
 def poll_until_stopped(
     poll: Callable[[float], None],
-    workers: PartitionWorkers,
+    workers: PartitionWorkers[K, R],
     stop: threading.Event,
     count_changed: Callable[[], bool],
 ) -> bool:
@@ -208,3 +233,35 @@ def poll_until_stopped(
         if count_changed():
             return True
     return False
+
+
+def refuse_beside(
+    members: Callable[[], int], group: str, what: str, *, command: str, units: str, work: str
+) -> None:
+    """A run of its own (``what``: ``relay run --once``, a Spark job, ...) beside the
+    processes that share ``units`` through members group ``group`` would fence them: they
+    stall and log errors while it runs. Refused while ``members()`` counts any (the
+    caller skips this with ``--fence-members``)."""
+    try:
+        found = members()
+    except KafkaError as exc:
+        if exc.code != "GROUP_AUTHORIZATION_FAILED":
+            raise
+        # A principal allowed only its own groups: the check cannot tell, the run goes on.
+        log.warning(
+            "%s: cannot tell whether `%s` processes share the partitions: %s", what, command, exc
+        )
+        return
+    if found:
+        running = "1 member" if found == 1 else f"{found} members"
+        verbs = (
+            f"is running `{command}` and shares"
+            if found == 1
+            else f"are running `{command}` and share"
+        )
+        raise ConfigurationError(
+            f"{what}: {running} of group {group} {verbs} the {units}; this run would fence "
+            f"them (they stall and log errors while it runs). They {work} everything as it "
+            "commits: leave it to them, or stop them first (a killed one counts until its "
+            "session times out), or give --fence-members to run anyway"
+        )

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
+from relay.commands.shared_run import refuse_beside
 from relay.errors import ConfigurationError, KafkaError
 from relay.kafka.admin import admin_client, check_broker, ensure_positions_topic, topic_partitions
 from relay.kafka.membership import active_members
@@ -67,30 +68,14 @@ def refuse_beside_members(settings: RelaySettings, what: str) -> None:
     ``--fence-members``. ``settings`` as :func:`for_database` returns them."""
     if settings.fence_members:
         return
-    try:
-        members = active_members(settings)
-    except KafkaError as exc:
-        if exc.code != "GROUP_AUTHORIZATION_FAILED":
-            raise
-        # A principal allowed only its own groups: the check cannot tell, the run goes on.
-        log.warning(
-            "%s: cannot tell whether `relay run` processes share the partitions: %s", what, exc
-        )
-        return
-    if members:
-        running = "1 member" if members == 1 else f"{members} members"
-        verbs = (
-            "is running `relay run` and shares"
-            if members == 1
-            else "are running `relay run` and share"
-        )
-        raise ConfigurationError(
-            f"{what}: {running} of group {settings.members_group} {verbs} the relay "
-            "partitions; this run would fence them (they stall and log errors while it "
-            "runs). They publish everything as it commits: leave it to them, or stop them "
-            "first (a killed one counts until its session times out), or give "
-            "--fence-members to run anyway"
-        )
+    refuse_beside(
+        lambda: active_members(settings),
+        settings.members_group,
+        what,
+        command="relay run",
+        units="relay partitions",
+        work="publish",
+    )
 
 
 def select_partitions(requested: Sequence[int] | None, partitions: int) -> list[int]:

@@ -9,12 +9,17 @@ only says who *should* publish a partition; exactly-once comes from fencing, as 
 a member that starts a relay partition fences its previous owner through the
 partition's ``transactional.id`` (I3, docs/invariants.md). Nothing is read from the
 positions topic and no offset is ever committed for this group.
+
+Continuous `relay replicate` processes share the source partitions the same way
+(:mod:`relay.kafka.replica_members`): :class:`Membership` is the group, whatever its
+partitions stand for.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
@@ -22,33 +27,39 @@ from relay.errors import ConfigurationError
 from relay.kafka.admin import admin_client, group_members
 from relay.kafka.errors import kafka_reason, translate
 from relay.runtime.logs import LIBRDKAFKA_LOGGER
+from relay.settings.connections import KafkaSettings
 from relay.settings.relay import RelaySettings
 
 log = logging.getLogger(__name__)
 _librdkafka_log = logging.getLogger(LIBRDKAFKA_LOGGER)
 
+K = TypeVar("K")
 Partitions = Callable[[Sequence[int]], None]
 
 
-class KafkaMembership:
-    """This process's membership; :meth:`poll` runs ``assigned`` and ``revoked`` (with
-    relay partitions) on the polling thread whenever the group moves partitions."""
+class Membership(Generic[K]):
+    """This process's membership of a members group, subscribed to topics whose
+    partitions stand for the units shared (:meth:`_units` says which); :meth:`poll` runs
+    ``assigned`` and ``revoked`` (with units) on the polling thread whenever the group
+    moves partitions. ``paused``: the topics hold records, which are never fetched."""
+
+    noun = "partitions"  # of the units, in the log
 
     def __init__(
         self,
-        settings: RelaySettings,
-        relay_partitions: int,
+        kafka: KafkaSettings,
+        group: str,
+        session_ms: int,
         *,
-        assigned: Partitions,
-        revoked: Partitions,
+        assigned: Callable[[Sequence[K]], None],
+        revoked: Callable[[Sequence[K]], None],
+        paused: bool = False,
+        metadata_refresh_ms: int | None = None,
     ) -> None:
-        self._topic = settings.positions_topic
-        self._count = relay_partitions
-        self._assigned, self._revoked = assigned, revoked
-        session_ms = settings.member_session_timeout_ms
+        self._assigned, self._revoked, self._paused = assigned, revoked, paused
         config = {
-            **settings.kafka.client_config(),
-            "group.id": settings.members_group,
+            **kafka.client_config(),
+            "group.id": group,
             "partition.assignment.strategy": "cooperative-sticky",
             "session.timeout.ms": session_ms,
             "heartbeat.interval.ms": max(100, session_ms // 5),
@@ -56,22 +67,29 @@ class KafkaMembership:
             "enable.auto.offset.store": False,
             "auto.offset.reset": "latest",
         }
+        if metadata_refresh_ms is not None:  # how soon partitions added are assigned
+            config["topic.metadata.refresh.interval.ms"] = metadata_refresh_ms
         try:
             self._consumer = Consumer(config, logger=_librdkafka_log)
         except KafkaException as exc:
             raise ConfigurationError(f"Kafka configuration rejected: {kafka_reason(exc)}") from None
 
-    def join(self) -> None:
-        self._consumer.subscribe(
-            [self._topic],
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
-        )
+    def subscribe(self, topics: Sequence[str]) -> None:
+        """Join the group with these topics, or change the subscription (the group then
+        assigns the partitions of the topics added)."""
+        try:
+            self._consumer.subscribe(
+                list(topics),
+                on_assign=self._on_assign,
+                on_revoke=self._on_revoke,
+                on_lost=self._on_lost,
+            )
+        except KafkaException as exc:
+            raise translate(exc, "joining the members group") from None
 
     def poll(self, timeout: float) -> None:
-        """Keep the membership alive and deliver assignment changes (the positions topic
-        holds no records, so nothing else comes back)."""
+        """Keep the membership alive and deliver assignment changes (nothing is fetched:
+        the topic holds no records, or its partitions are paused)."""
         try:
             msg = self._consumer.poll(timeout)
         except KafkaException as exc:
@@ -86,30 +104,65 @@ class KafkaMembership:
         except KafkaException as exc:
             log.debug("leaving the members group: %s", exc)
 
-    def _relay_partitions(self, partitions: list[TopicPartition]) -> list[int]:
-        # A positions topic with more partitions than the outbox has relay partitions
-        # (after the count was lowered) assigns the extra ones too: they stand for nothing.
-        return sorted(tp.partition for tp in partitions if tp.partition < self._count)
+    def _units(self, partitions: Sequence[TopicPartition]) -> list[K]:
+        raise NotImplementedError
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         consumer.incremental_assign(partitions)
-        if mine := self._relay_partitions(partitions):
+        if self._paused and partitions:
+            consumer.pause(partitions)
+        if mine := self._units(partitions):
             self._assigned(mine)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if mine := self._relay_partitions(partitions):
+        if mine := self._units(partitions):
             self._revoked(mine)
         consumer.incremental_unassign(partitions)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        lost = self._relay_partitions(partitions)
+        lost = self._units(partitions)
         log.warning(
-            "lost relay partitions %s: the members group moved on without this process "
+            "lost %s %s: the members group moved on without this process "
             "(silent for longer than the session timeout)",
-            lost,
-            extra={"partitions": lost},
+            self.noun,
+            "[" + ", ".join(str(unit) for unit in lost) + "]",
+            extra={"partitions": [u if isinstance(u, int) else str(u) for u in lost]},
         )
         self._on_revoke(consumer, partitions)
+
+
+class KafkaMembership(Membership[int]):
+    """A `relay run` process's membership: every process joins the members group
+    (``<positions group>.members``) subscribed to the positions topic, whose partition
+    ``p`` stands for relay partition ``p``."""
+
+    noun = "relay partitions"
+
+    def __init__(
+        self,
+        settings: RelaySettings,
+        relay_partitions: int,
+        *,
+        assigned: Partitions,
+        revoked: Partitions,
+    ) -> None:
+        super().__init__(
+            settings.kafka,
+            settings.members_group,
+            settings.member_session_timeout_ms,
+            assigned=assigned,
+            revoked=revoked,
+        )
+        self._topic = settings.positions_topic
+        self._count = relay_partitions
+
+    def join(self) -> None:
+        self.subscribe([self._topic])
+
+    def _units(self, partitions: Sequence[TopicPartition]) -> list[int]:
+        # A positions topic with more partitions than the outbox has relay partitions
+        # (after the count was lowered) assigns the extra ones too: they stand for nothing.
+        return sorted(tp.partition for tp in partitions if tp.partition < self._count)
 
 
 def active_members(settings: RelaySettings) -> int:

@@ -31,6 +31,7 @@ from relay.settings.spec import (
     Given,
     Invalid,
     Setting,
+    boolean,
     choice,
     describe,
     names,
@@ -214,6 +215,27 @@ REPLICATE = (
         "compressed)",
         metavar="CODEC",
     ),
+    Setting(
+        "member_session_timeout_ms",
+        "RELAY_REPLICATE_MEMBER_SESSION_TIMEOUT_MS",
+        "--member-session-timeout-ms",
+        whole,
+        10_000,
+        "without --once: an instance silent this long loses its source partitions to the "
+        "other instances of the group",
+        metavar="MS",
+    ),
+    Setting(
+        "fence_members",
+        "RELAY_REPLICATE_FENCE_MEMBERS",
+        "--fence-members",
+        boolean,
+        False,
+        "with --once (and in the Spark job): run even while `relay replicate` instances "
+        "share the source partitions through their members group (they are fenced, and "
+        "stall and log errors until this run ends); refused otherwise",
+        const=True,
+    ),
 )
 """The replicator's own settings, by field of :class:`ReplicateSettings`."""
 _DEFAULTS = {setting.name: setting.default for setting in REPLICATE}
@@ -261,6 +283,8 @@ class ReplicateSettings:
     position_refresh_s: float = _DEFAULTS["position_refresh_s"]
     target_compression: str = _DEFAULTS["target_compression"]
     heartbeat_interval_s: float = _DEFAULTS["heartbeat_interval_s"]
+    member_session_timeout_ms: int = _DEFAULTS["member_session_timeout_ms"]
+    fence_members: bool = _DEFAULTS["fence_members"]
     metrics_port: int | None = METRICS_PORT.default
     metrics_host: str = METRICS_HOST.default
 
@@ -270,6 +294,13 @@ class ReplicateSettings:
         if self.group_name is None:
             raise ConfigurationError("the replicator's group is not resolved yet")
         return self.group_name
+
+    @property
+    def members_group(self) -> str:
+        """The consumer group on the target whose members (continuous `relay replicate`
+        instances) share the source partitions: named after the transactional-id prefix
+        (the group by default), as only instances that fence each other may share."""
+        return f"{self.prefix}.members"
 
     def with_group(self, group: str) -> ReplicateSettings:
         return replace(self, group_name=group)

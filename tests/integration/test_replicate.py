@@ -81,13 +81,17 @@ def test_kill_9_at_a_dangerous_point_loses_and_duplicates_nothing(
     assert_replica(read_log(replica.source, topic, 2), read_log(replica.target, f"k.{topic}", 2))
 
 
-def test_a_second_instance_fences_the_first_and_nothing_is_duplicated(
+def test_a_second_instance_takes_half_of_the_partitions_and_nothing_is_duplicated(
     replica: ReplicaEnv, make_topic: Callable[..., str], tmp_path: Path
 ) -> None:
+    """Two continuous instances share the partitions through their members group: the
+    second one takes one of the two over (the first hands it on after its open
+    transaction, and fences nothing of the other's), and both go on."""
     topic = make_topic("repl-two", partitions=2)
     n = write_transactions(replica.source, topic, transactions=4, per_transaction=20)
     args = ("--topics", topic, "--target-prefix", "two.", "--max-wait", "0.01")
-    first = replica.start(*args, log=tmp_path / "first.log")
+    logs = [tmp_path / "first.log", tmp_path / "second.log"]
+    first = replica.start(*args, log=logs[0])
     second: subprocess.Popen[str] | None = None
     try:
         committed = len(read_log(replica.source, topic, 2)[0]) + len(
@@ -97,29 +101,29 @@ def test_a_second_instance_fences_the_first_and_nothing_is_duplicated(
             lambda: _count(replica.target, f"two.{topic}") == committed,
             60,
             "the first instance to copy the backlog",
-            (tmp_path / "first.log").read_text,
+            logs[0].read_text,
         )
-        second = replica.start(*args, log=tmp_path / "second.log")
+        second = replica.start(*args, log=logs[1])
         wait_until(
-            lambda: (
-                (tmp_path / "second.log").read_text().count(f"{READY}; copying from offset") == 2
-            ),
+            lambda: logs[1].read_text().count(f"{READY}; copying from offset") == 1,
             60,
-            "the second instance to take both partitions over",
-            (tmp_path / "second.log").read_text,
+            "the second instance to take a partition over",
+            logs[1].read_text,
         )
+        assert "handing source partitions [" in logs[0].read_text(), logs[0].read_text()
         write_transactions(replica.source, topic, transactions=4, per_transaction=20, first=n)
-        assert first.wait(60) == 5, (tmp_path / "first.log").read_text()
-        assert "another replicator instance" in (tmp_path / "first.log").read_text()
         source = read_log(replica.source, topic, 2)
         wait_until(
             lambda: _count(replica.target, f"two.{topic}") >= sum(map(len, source.values())),
             60,
-            "the second instance to copy the new records",
-            (tmp_path / "second.log").read_text,
+            "both instances to copy the new records",
+            lambda: logs[0].read_text() + logs[1].read_text(),
         )
-        second.send_signal(signal.SIGTERM)
-        assert second.wait(60) == 0, (tmp_path / "second.log").read_text()
+        assert first.poll() is None, logs[0].read_text()
+        assert "another replicator instance" not in logs[0].read_text()
+        for process, log in zip((first, second), logs, strict=True):
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(60) == 0, log.read_text()
         assert_replica(source, read_log(replica.target, f"two.{topic}", 2))
     finally:
         for process in (first, second):

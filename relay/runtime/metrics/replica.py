@@ -108,6 +108,13 @@ class ReplicaMetrics(ProcessMetrics):
     def stopped(self, topic: str, partition: int) -> None:
         self.readiness.set(component(topic, partition), State.STOPPED)
 
+    def released(self, topic: str, partition: int) -> None:
+        """Another instance of the members group copies this source partition now (or
+        will): it no longer counts for readiness, and its lag goes."""
+        self.readiness.forget(component(topic, partition))
+        with self._lock:
+            self._positions.pop((topic, partition), None)
+
     def collect(self) -> Iterator[Metric]:
         yield from super().collect()
         lag = GaugeMetricFamily(

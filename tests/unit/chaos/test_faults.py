@@ -201,13 +201,16 @@ class _Scripted(random.Random):
 
 
 def _replicator_context(tmp_path: Path, rng: random.Random, **extra: object) -> FaultContext:
-    # incarnation 1 just sleeps; the next ones log that they fenced three partitions
+    # incarnation 1 takes three partitions from the members group; the next ones log
+    # that they fenced them
     fenced = "".join(
         f"print('INFO relay.replication: chaos-accounts[{p}]: {COPY}7')\n" for p in range(3)
     )
+    listed = ", ".join(f"chaos-accounts[{p}]" for p in range(3))
+    taking = f"print('INFO relay.commands.shared_run: taking source partitions [{listed}]')\n"
 
     def command(n: int) -> Command:
-        code = ("" if n == 1 else f"import sys\n{fenced}sys.stdout.flush()\n") + (
+        code = f"import sys\n{taking if n == 1 else fenced}sys.stdout.flush()\n" + (
             "import time\ntime.sleep(60)"
         )
         return _python(code, tmp_path)
@@ -264,10 +267,11 @@ def test_kill9_replicator_kills_the_running_replicator(tmp_path: Path) -> None:
     assert outcome == Outcome(f"replicator pid {process.pid}", "SIGKILL")
 
 
-def test_pause_replicator_replaced_waits_until_every_partition_is_fenced(tmp_path: Path) -> None:
+def test_pause_replicator_replaced_waits_until_what_it_held_is_fenced(tmp_path: Path) -> None:
     ctx = _replicator_context(tmp_path, _Scripted(0.9, 0.9))  # no trap; replace it
     old = ctx.supervisor.running("replicator")
     assert old is not None
+    wait_until(lambda: b"taking" in old.log_path.read_bytes(), 10, "the replicator")
     try:
         outcome = faults.pause_replicator(ctx)
         new = ctx.supervisor.running("replicator")
@@ -276,8 +280,10 @@ def test_pause_replicator_replaced_waits_until_every_partition_is_fenced(tmp_pat
         assert not is_stopped(old.pid)  # SIGCONT after the take-over
     finally:
         ctx.supervisor.shutdown(timeout=5)
+    held = "chaos-accounts[0], chaos-accounts[1], chaos-accounts[2]"
     assert outcome.detail == (
-        f"SIGSTOP anywhere; new replicator pid {new.pid} took over every partition; SIGCONT"
+        f"SIGSTOP anywhere; new replicator pid {new.pid}; its partitions ({held}) taken over; "
+        "SIGCONT"
     )
 
 

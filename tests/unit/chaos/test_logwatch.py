@@ -11,6 +11,7 @@ from relay.chaos.logwatch import (
     reader_from_now,
     relay_holdings,
     relay_partitions_fenced,
+    source_holdings,
     source_partitions_fenced,
 )
 from relay.publishing.partition_relay import READY as RELAY_READY
@@ -84,3 +85,20 @@ def test_appears_from_now_ignores_what_the_log_already_holds(tmp_path: Path) -> 
     with log.open("ab") as out:
         out.write(b"ned [1]\n")
     assert appeared()
+
+
+def test_the_partitions_a_sharing_replicator_holds() -> None:
+    log = (
+        "x relay.commands.shared_run: taking source partitions [t[0], t.x[1], t[2]]\n"
+        f"x t[2]: {COPY}0\n"
+        "x relay.commands.shared_run: source partition t[2] released: t[2]: fenced 0.0 s "
+        "into a transaction, before transaction.timeout.ms: another replicator instance "
+        "took this partition over; this instance stops; the others go on\n"
+        "x lost target partitions [dr.t[0]]: the members group moved on without this process\n"
+        "x handing source partitions [t[0]] on\n"
+        "x t[3]: new source partition, copying it to dr.t\n"
+    ).encode()
+    assert source_holdings(log) == {"t.x[1]"}
+    back = log + b"x source partition t[2]: still assigned here, taking it back\n"
+    assert source_holdings(back) == {"t.x[1]", "t[2]"}
+    assert source_holdings(f"t[4]: {COPY}1\n".encode()) == {"t[4]"}  # never shared

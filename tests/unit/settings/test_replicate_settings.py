@@ -72,3 +72,27 @@ def test_selection_by_list_and_pattern_and_the_rename() -> None:
     assert not TopicSelection((), ".*").selects("__consumer_offsets")
     assert not selection.selects("payments")
     assert selection.target_topic("orders") == "dr.orders"
+
+
+def test_the_members_group_follows_the_transactional_id_prefix() -> None:
+    """Only instances that fence each other (the same prefix) may share the partitions."""
+    settings = load_replicate_settings(
+        environ={
+            **BASE,
+            "RELAY_REPLICATE_GROUP": "dr",
+            "RELAY_REPLICATE_MEMBER_SESSION_TIMEOUT_MS": "6000",
+        }
+    )
+    assert settings.members_group == "dr.members"
+    assert settings.member_session_timeout_ms == 6000
+    assert not settings.fence_members
+    other = load_replicate_settings(
+        {"replicate_fence_members": True},
+        environ={
+            **BASE,
+            "RELAY_REPLICATE_GROUP": "dr",
+            "RELAY_REPLICATE_TRANSACTIONAL_ID_PREFIX": "dr-b",
+        },
+    )
+    assert other.members_group == "dr-b.members"
+    assert other.fence_members
