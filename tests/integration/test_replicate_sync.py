@@ -158,3 +158,33 @@ def test_a_group_consuming_on_the_target_is_left_alone_until_it_stops(
             active.close()
         process.send_signal(signal.SIGTERM)
         assert process.wait(60) == 0, log.read_text()
+
+
+def test_once_syncs_at_its_end_and_moves_back_only_when_the_group_went_back_on_the_source(
+    bootstrap_servers: str, target_bootstrap_servers: str, make_topic: Callable[..., str]
+) -> None:
+    replica = ReplicaEnv(bootstrap_servers, target_bootstrap_servers, new_group())
+    topic, app = make_topic("sync-back", partitions=1), f"it-sync-app-{uuid.uuid4().hex[:8]}"
+    write_with_aborts(replica.source, topic, (0,), transactions=6, per_partition=5)
+    originals = read_log(replica.source, topic, 1)[0]
+    args = ("--once", "--topics", topic, "--target-prefix", PREFIX, "--sync-groups", app)
+    target_topic = PREFIX + topic
+
+    def sync_at(source_offset: int) -> dict[int, int]:
+        """Where the group is on the target after it committed ``source_offset`` on the
+        source and `relay replicate --once --sync-groups` ran."""
+        consume_and_commit(replica.source, app, topic, {0: 0}, {0: source_offset})
+        done = replica.run(*args)
+        assert done.returncode == 0, done.stderr
+        return committed(replica.target, app, target_topic, 1)
+
+    assert sync_at(0) == {0: 0}  # copies everything first, then syncs
+    copies = read_log(replica.target, target_topic, 1)[0]
+    at = {n: first_copy_from(copies, originals[n].offset) for n in (3, 15)}
+    assert sync_at(originals[15].offset) == {0: at[15]}
+    # Reset back on the source (to process records again): the target follows back.
+    assert sync_at(originals[3].offset) == {0: at[3]}
+    # Its consumers moved to the target and committed further there: a stale source
+    # offset never takes them back.
+    consume_and_commit(replica.target, app, target_topic, {0: 0}, {0: at[15]})
+    assert sync_at(originals[3].offset) == {0: at[15]}
