@@ -52,7 +52,7 @@ def private_clusters(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
             shutil.rmtree(wd, ignore_errors=True)
 
 
-@pytest.mark.long(70)
+@pytest.mark.long(120)
 def test_after_the_source_is_gone_a_synced_group_resumes_at_its_first_unprocessed_record(
     private_clusters: tuple[str, str, Path], tmp_path: Path
 ) -> None:
@@ -103,7 +103,7 @@ def test_after_the_source_is_gone_a_synced_group_resumes_at_its_first_unprocesse
     assert "syncing its offsets failed, trying again" in log.read_text()
 
 
-@pytest.mark.long(30)
+@pytest.mark.long(50)
 def test_a_group_consuming_on_the_target_is_left_alone_until_it_stops(
     bootstrap_servers: str,
     target_bootstrap_servers: str,
@@ -160,6 +160,7 @@ def test_a_group_consuming_on_the_target_is_left_alone_until_it_stops(
         assert process.wait(60) == 0, log.read_text()
 
 
+@pytest.mark.long(50)
 def test_once_syncs_at_its_end_and_moves_back_only_when_the_group_went_back_on_the_source(
     bootstrap_servers: str, target_bootstrap_servers: str, make_topic: Callable[..., str]
 ) -> None:
