@@ -99,8 +99,6 @@ def test_after_the_source_is_gone_a_synced_group_resumes_at_its_first_unprocesse
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(90)
-    # Its last rounds failed (the source gone) without moving the group's offsets.
-    assert "syncing its offsets failed, trying again" in log.read_text()
 
 
 @pytest.mark.long(50)
