@@ -18,6 +18,7 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from functools import partial
 
+from relay.commands.group_sync import GroupSync
 from relay.commands.groups import replicate_settings
 from relay.commands.replicate_shared import refuse_beside_members, share_routes
 from relay.errors import RelayError, RetriableError
@@ -194,12 +195,23 @@ class ReplicateService:
             plan.source_alias,
             "once" if once else "continuously",
         )
-        if once:
-            return self._run_once(plan)
+        sync = None
+        if self._settings.sync_groups:
+            sync = GroupSync(self._settings, self.metrics, self._clock)
         try:
+            if once:
+                summary = self._run_once(plan)
+                if sync is not None:  # what was copied is there: the groups' offsets too
+                    sync.sync_once()
+                return summary
+            if sync is not None:
+                sync.start(self.stop_event)
             return self._follow(plan)
         finally:
+            self.stop_event.set()
             self._activity.flush()
+            if sync is not None:
+                sync.close()  # after its round
 
     def _run_once(self, plan: ReplicationPlan) -> RunSummary[ReplicaResult]:
         refuse_beside_members(self._settings, "relay replicate --once")

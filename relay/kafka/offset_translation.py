@@ -10,21 +10,17 @@ accept only while the group has no active member.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable
 
-from confluent_kafka import (
-    Consumer,
-    ConsumerGroupTopicPartitions,
-    KafkaException,
-    Message,
-    TopicPartition,
-)
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as LibKafkaError
 from confluent_kafka.admin import AdminClient
 
 from relay.errors import ConfigurationError, KafkaError, OffsetTranslationError
 from relay.kafka.admin import admin_client, group_members
-from relay.kafka.errors import kafka_reason, lib_error, translate
+from relay.kafka.errors import kafka_reason, lib_error
+from relay.kafka.group_offsets import ClusterReader, header, partitions
+from relay.replication.group_sync import sync_metadata
 from relay.replication.translation import (
     ProbedCopy,
     TargetPartition,
@@ -40,13 +36,9 @@ from relay.replication.types import (
     SOURCE_TOPIC_HEADER,
     Route,
 )
-from relay.runtime.clock import Deadline
-from relay.runtime.logs import LIBRDKAFKA_LOGGER
-from relay.settings.connections import KafkaSettings
 from relay.settings.replicate import ReplicateSettings
 
 log = logging.getLogger(__name__)
-_librdkafka_log = logging.getLogger(LIBRDKAFKA_LOGGER)
 
 # How the brokers refuse offsets committed from outside for a group with active members.
 _ACTIVE_CODES = frozenset(
@@ -56,108 +48,6 @@ _ACTIVE_CODES = frozenset(
         LibKafkaError.REBALANCE_IN_PROGRESS,
     }
 )
-
-
-class _ClusterReader:
-    """A ``read_committed`` consumer of one cluster whose ``group.id`` is the group whose
-    committed offsets it reads (stable ones: pending transactional offsets are waited
-    for); it never joins the group and never commits."""
-
-    def __init__(self, kafka: KafkaSettings, group: str, cluster: str) -> None:
-        self.cluster = cluster
-        self._timeout = kafka.request_timeout_s
-        try:
-            self._consumer = Consumer(
-                {
-                    **kafka.client_config(),
-                    "group.id": group,
-                    "isolation.level": "read_committed",
-                    "enable.auto.commit": False,
-                    "enable.auto.offset.store": False,
-                    "enable.partition.eof": True,  # a probe finds "nothing" at the end
-                    "auto.offset.reset": "earliest",  # below the first offset: from there
-                    "fetch.wait.max.ms": 10,
-                },
-                logger=_librdkafka_log,
-            )
-        except KafkaException as exc:
-            raise ConfigurationError(
-                f"{cluster} Kafka configuration rejected: {kafka_reason(exc)}"
-            ) from None
-
-    def committed(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        """The group's committed offset of each partition that has one."""
-        if not partitions:
-            return {}
-        wanted = [TopicPartition(topic, p) for topic, p in partitions]
-        try:
-            found = self._consumer.committed(wanted, timeout=self._timeout)
-        except KafkaException as exc:
-            raise translate(exc, f"reading committed offsets on the {self.cluster}") from None
-        offsets = {}
-        for tp in found:
-            if tp.error is not None:
-                raise KafkaError(
-                    f"reading the committed offset of {tp.topic}[{tp.partition}] on the "
-                    f"{self.cluster} failed: {tp.error.str()}"
-                )
-            if tp.offset >= 0:
-                offsets[(tp.topic, tp.partition)] = tp.offset
-        return offsets
-
-    def bounds(self, topic: str, partition: int) -> tuple[int, int]:
-        """The partition's first offset and its last stable offset."""
-        try:
-            low, high = self._consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=self._timeout, cached=False
-            )
-        except KafkaException as exc:
-            raise translate(exc, f"reading the offsets of {topic}[{partition}]") from None
-        return int(low), int(high)
-
-    def first(self, topic: str, partition: int, offset: int, end: int) -> Message | None:
-        """The first committed record at ``offset`` or later and below ``end`` (one fetch
-        unless aborted records or transaction markers come first)."""
-        if offset >= end:
-            return None
-        deadline = Deadline(self._timeout)
-        try:
-            self._consumer.assign([TopicPartition(topic, partition, offset)])
-            while not deadline.expired():
-                message = self._consumer.poll(max(0.05, deadline.remaining()))
-                if message is None or message.partition() != partition:
-                    continue
-                err = message.error()
-                if err is not None:
-                    if err.code() == LibKafkaError._PARTITION_EOF:
-                        return None
-                    raise KafkaError(f"reading {topic}[{partition}] failed: {err.str()}")
-                found = message.offset() or 0
-                if found < offset:  # reset to the first offset: the log ends below offset
-                    raise KafkaError(
-                        f"{topic}[{partition}] ends below offset {offset} on the "
-                        f"{self.cluster}: it was truncated or deleted while being read"
-                    )
-                return message if found < end else None
-        except KafkaException as exc:
-            raise translate(exc, f"reading {topic}[{partition}] at offset {offset}") from None
-        raise KafkaError(
-            f"reading {topic}[{partition}] at offset {offset} on the {self.cluster}: no "
-            f"answer within {self._timeout:g} s"
-        )
-
-    def close(self) -> None:
-        try:
-            self._consumer.close()
-        except (KafkaException, RuntimeError) as exc:
-            log.debug("closing a consumer of the %s: %s", self.cluster, exc)
-
-
-def _header(message: Message, name: str) -> str:
-    found = message.headers() or ()
-    pairs = found.items() if isinstance(found, dict) else found
-    value = next((v for k, v in pairs if k == name), None)
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 class KafkaOffsetTranslator:
@@ -175,22 +65,32 @@ class KafkaOffsetTranslator:
         self._source_admin = admin_client(settings.source)
         self._target_admin = admin_client(settings.target)
         # A rejected configuration ends the command (what was made before is collected).
-        self._source = _ClusterReader(settings.source, group, "source cluster")
-        self._target = _ClusterReader(settings.target, group, "target cluster")
-        self._positions = _ClusterReader(settings.target, settings.group, "target cluster")
+        self._source = ClusterReader(settings.source, group, "source cluster")
+        self._target = ClusterReader(settings.target, group, "target cluster")
+        self._positions = ClusterReader(settings.target, settings.group, "target cluster")
 
     def translate(self) -> list[TranslatedOffset]:
         """One row per partition of the selected source topics, in topic and partition
         order; those the group committed no offset for are rows too (skipped)."""
+        return self.translate_with_metadata()[0]
+
+    def translate_with_metadata(
+        self, *, sync: bool = False
+    ) -> tuple[list[TranslatedOffset], dict[tuple[str, int], str]]:
+        """:meth:`translate`, and the metadata of the group's committed offsets on the
+        target (by target topic and partition). ``sync``: a continuous sync's round, for
+        which a group without offsets yet and one consuming on the source are normal."""
         routes = self._routes()
         committed = self._source.committed([(r.topic, r.partition) for r in routes])
+        if not committed and sync:
+            return [], {}
         if not committed:
             raise ConfigurationError(
                 f"group {self._group} has no committed offset on the source cluster for "
                 f"{self._settings.selection.describe()}: nothing to translate (is the "
                 "group's name right?)"
             )
-        if members := self._members(self._source_admin, "source cluster"):
+        if not sync and (members := self._members(self._source_admin, "source cluster")):
             log.warning(
                 "group %s has %d active member(s) on the source cluster: its offsets still "
                 "move; stop its consumers there before the failover",
@@ -198,7 +98,7 @@ class KafkaOffsetTranslator:
                 members,
             )
         wanted = {r.target_topic for r in routes}
-        targets = _partitions(self._target_admin, "target", wanted.__contains__, self._timeout)
+        targets = partitions(self._target_admin, "target", wanted.__contains__, self._timeout)
         copied = [
             (r.target_topic, r.partition)
             for r in routes
@@ -207,7 +107,8 @@ class KafkaOffsetTranslator:
         on_target = set(copied)
         # The positions first, the partitions' ends after (relay.replication.translation).
         positions = self._positions.committed(copied)
-        current = self._target.committed(copied)
+        entries = self._target.committed_entries(copied)
+        current = {at: offset for at, (offset, _) in entries.items()}
         rows = []
         for route in routes:
             at = (route.target_topic, route.partition)
@@ -219,11 +120,11 @@ class KafkaOffsetTranslator:
             else:
                 found = self._translate(route, source_offset, positions.get(at, 0))
             rows.append(found.row(route, source_offset, current.get(at)))
-        return rows
+        return rows, {at: metadata for at, (_, metadata) in entries.items()}
 
     def _routes(self) -> list[Route]:
         selection = self._settings.selection
-        topics = _partitions(self._source_admin, "source", selection.selects, self._timeout)
+        topics = partitions(self._source_admin, "source", selection.selects, self._timeout)
         if not topics:
             raise ConfigurationError(f"no source topic matches {selection.describe()}")
         return [
@@ -256,7 +157,7 @@ class KafkaOffsetTranslator:
             return None
         at = message.offset() or 0
         topic, partition, source = (
-            _header(message, name)
+            header(message, name)
             for name in (SOURCE_TOPIC_HEADER, SOURCE_PARTITION_HEADER, SOURCE_OFFSET_HEADER)
         )
         if (topic, partition) != (route.topic, str(route.partition)) or not source.isdigit():
@@ -274,7 +175,7 @@ class KafkaOffsetTranslator:
         todo = changes(rows)
         if not todo:
             return []
-        if members := self._members(self._target_admin, "target cluster"):
+        if members := self.target_members():
             raise OffsetTranslationError(
                 f"group {self._group} has {members} active member(s) on the target cluster: "
                 "its offsets can only be set while none of its consumers runs there; stop "
@@ -285,7 +186,7 @@ class KafkaOffsetTranslator:
                 row.target_topic,
                 row.partition,
                 -1 if row.target_offset is None else row.target_offset,
-                metadata=f"relay replicate: {row.topic}[{row.partition}]@{row.source_offset}",
+                metadata=sync_metadata(row.topic, row.partition, row.source_offset),
             )
             for row in todo
         ]
@@ -300,7 +201,7 @@ class KafkaOffsetTranslator:
         for tp in result.topic_partitions or ():
             if tp.error is not None:
                 raise self._refused(tp.error, f"{tp.topic}[{tp.partition}]: {tp.error.str()}")
-        log.info("group %s: %d offset(s) committed on the target cluster", self._group, len(todo))
+        log.debug("group %s: %d offset(s) committed on the target cluster", self._group, len(todo))
         return todo
 
     def _refused(self, err: LibKafkaError | None, reason: str) -> Exception:
@@ -318,21 +219,10 @@ class KafkaOffsetTranslator:
         """How many active members the group has on ``cluster``."""
         return group_members(admin, self._group, self._timeout, cluster)
 
+    def target_members(self) -> int:
+        """How many active members the group has on the target cluster."""
+        return self._members(self._target_admin, "target cluster")
+
     def close(self) -> None:
         for reader in (self._source, self._target, self._positions):
             reader.close()
-
-
-def _partitions(
-    admin: AdminClient, cluster: str, wanted: Callable[[str], bool], timeout: float
-) -> dict[str, int]:
-    """The partition count of each topic of ``cluster`` that ``wanted`` selects."""
-    try:
-        metadata = admin.list_topics(timeout=timeout)
-    except KafkaException as exc:
-        raise translate(exc, f"listing the {cluster} cluster's topics") from None
-    return {
-        topic: len(meta.partitions)
-        for topic, meta in metadata.topics.items()
-        if meta.error is None and wanted(topic)
-    }

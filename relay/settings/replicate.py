@@ -236,6 +236,26 @@ REPLICATE = (
         "stall and log errors until this run ends); refused otherwise",
         const=True,
     ),
+    Setting(
+        "sync_groups",
+        "RELAY_REPLICATE_SYNC_GROUPS",
+        "--sync-groups",
+        names,
+        (),
+        "consumer groups whose committed source offsets are translated and committed for "
+        "them on the target cluster while it runs (never while one consumes there), so "
+        "that a failover needs nothing more (relay replicate only)",
+        metavar="G1,G2",
+    ),
+    Setting(
+        "sync_interval_s",
+        "RELAY_REPLICATE_SYNC_INTERVAL_S",
+        "--sync-interval",
+        seconds,
+        5.0,
+        "with --sync-groups: sync each group this often",
+        metavar="SECONDS",
+    ),
 )
 """The replicator's own settings, by field of :class:`ReplicateSettings`."""
 _DEFAULTS = {setting.name: setting.default for setting in REPLICATE}
@@ -285,6 +305,8 @@ class ReplicateSettings:
     heartbeat_interval_s: float = _DEFAULTS["heartbeat_interval_s"]
     member_session_timeout_ms: int = _DEFAULTS["member_session_timeout_ms"]
     fence_members: bool = _DEFAULTS["fence_members"]
+    sync_groups: tuple[str, ...] = _DEFAULTS["sync_groups"]  # consumer groups to sync
+    sync_interval_s: float = _DEFAULTS["sync_interval_s"]
     metrics_port: int | None = METRICS_PORT.default
     metrics_host: str = METRICS_HOST.default
 

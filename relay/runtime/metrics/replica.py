@@ -53,6 +53,17 @@ class ReplicaMetrics(ProcessMetrics):
             "relay_replicate_record_age_seconds",
             "Per copied record: its age (from its source timestamp) when its batch was read",
         )
+        group = partial(Counter, registry=self.registry, labelnames=["group"])
+        self._synced = group(
+            "relay_replicate_group_offsets_synced",
+            "--sync-groups: offsets committed for a consumer group on the target cluster",
+        )
+        self._sync_skipped = group(
+            "relay_replicate_group_sync_skipped",
+            "--sync-groups: sync rounds that left a group alone: it had active members on "
+            "the target cluster",
+        )
+        self._last_sync: dict[str, float] = {}  # by group: when its last round completed
         self._positions: dict[TopicPartition, int] = {}
         self._through: dict[TopicPartition, int] = {}  # complete through, ms since the epoch
         self._stable: Sampled[TopicPartition, int] = Sampled(
@@ -115,8 +126,39 @@ class ReplicaMetrics(ProcessMetrics):
         with self._lock:
             self._positions.pop((topic, partition), None)
 
+    def syncing(self, groups: Sequence[str]) -> None:
+        """``--sync-groups``: their age counts from now until their first round."""
+        now = self._wall()
+        with self._lock:
+            for each in groups:
+                self._synced.labels(each)
+                self._sync_skipped.labels(each)
+                self._last_sync.setdefault(each, now)
+
+    def group_synced(self, group: str, offsets: int) -> None:
+        """A round of ``group`` completed, committing ``offsets`` offsets on the target."""
+        self._synced.labels(group).inc(offsets)
+        with self._lock:
+            self._last_sync[group] = self._wall()
+
+    def group_sync_skipped(self, group: str) -> None:
+        """A round left ``group`` alone: it has active members on the target."""
+        self._sync_skipped.labels(group).inc()
+
     def collect(self) -> Iterator[Metric]:
         yield from super().collect()
+        age = GaugeMetricFamily(
+            "relay_replicate_group_sync_age_seconds",
+            "--sync-groups: seconds since the group's last completed sync round (since the "
+            "start before its first)",
+            labels=["group"],
+        )
+        with self._lock:
+            synced = dict(self._last_sync)
+        now = self._wall()
+        for each in sorted(synced):
+            age.add_metric([each], max(0.0, now - synced[each]))
+        yield age
         lag = GaugeMetricFamily(
             "relay_replicate_lag_records",
             "The source partition's last stable offset minus the position on the target "

@@ -443,3 +443,20 @@ def test_each_copied_record_is_timed_from_its_source_timestamp_as_mirrormaker_do
     # The age when read: the batch's time from its read to its commit earlier (0 s here).
     assert sample(metrics, f"{age}_count") == 3
     assert sample(metrics, f"{age}_sum") == sample(metrics, f"{latency}_sum")
+
+
+def test_replicate_tells_each_synced_groups_age_offsets_and_skipped_rounds() -> None:
+    now = [1000.0]
+    metrics = ReplicaMetrics(wall=lambda: now[0])
+    metrics.syncing(["billing", "audit"])
+    now[0] = 1007.0
+    metrics.group_synced("billing", 3)
+    metrics.group_sync_skipped("audit")
+    now[0] = 1010.0
+    value = metrics.registry.get_sample_value
+    # Since its last round; a group not synced yet counts from the start.
+    assert value("relay_replicate_group_sync_age_seconds", {"group": "billing"}) == 3.0
+    assert value("relay_replicate_group_sync_age_seconds", {"group": "audit"}) == 10.0
+    assert value("relay_replicate_group_offsets_synced_total", {"group": "billing"}) == 3.0
+    assert value("relay_replicate_group_offsets_synced_total", {"group": "audit"}) == 0.0
+    assert value("relay_replicate_group_sync_skipped_total", {"group": "audit"}) == 1.0
