@@ -62,7 +62,10 @@ def _topics(bootstrap: str, run_id: str) -> set[str]:
 
 
 def _groups(bootstrap: str, run_id: str) -> set[str]:
-    found = AdminClient({"bootstrap.servers": bootstrap}).list_consumer_groups().result(30)
+    # The client must outlive its future: a future whose client is gone never resolves
+    # (confluent-kafka-python #1242).
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    found = admin.list_consumer_groups().result(30)
     return {g.group_id for g in found.valid if g.group_id.startswith(f"demo-{run_id}-")}
 
 
@@ -134,6 +137,6 @@ def test_an_interrupted_demo_cleans_up_and_keep_keeps(
         with engine.connect() as conn:
             conn.execute(sa.text(f'DROP DATABASE "relay_demo_{run_id}" WITH (FORCE)'))
         engine.dispose()
-        AdminClient({"bootstrap.servers": endpoints.bootstrap_servers}).delete_topics(
-            [f"demo.orders.{run_id}"]
-        )
+        admin = AdminClient({"bootstrap.servers": endpoints.bootstrap_servers})
+        for future in admin.delete_topics([f"demo.orders.{run_id}"]).values():
+            future.result(30)
