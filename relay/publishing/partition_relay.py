@@ -2,7 +2,8 @@
 
 Start-up (the checks: :mod:`relay.publishing.positions`)::
 
-    fence (take the partition over)  ->  read the committed position and its owner
+    read the floor  ->  fence (take the partition over)  ->  read the committed position
+    and its owner
     ->  refuse it if another database or prefix committed it, if it is beyond anything
         this database assigned, or if it is below the floor this database recorded
 
@@ -122,14 +123,20 @@ class PartitionRelay:
         return self._position
 
     def start(self) -> int:
-        """Fence previous owners, learn the committed position and check it."""
+        """Fence previous owners, learn the committed position and check it.
+
+        The floor is read first: every floor was in Kafka before it was recorded, so the
+        position read after it is at least the floor unless offsets were lost. Read the
+        other way round, a process paused between the two reads could hold a position that
+        another instance overtook, and be refused for offsets that were never lost."""
+        floor = self._source.published_floor(self.partition)
         committed = self._publisher.fence()
         position = checked_position(
             self.partition,
             committed,
             self._owner,
             assigned=self._source.last_assigned_seq(),
-            floor=self._source.published_floor(self.partition),
+            floor=floor,
         )
         self._position = position
         self._committed_at = self._clock.monotonic()  # or as good as: read back just now

@@ -48,11 +48,14 @@ def test_paused_relay_is_fenced_by_a_new_instance_and_publishes_nothing_twice(
     finally:
         if zombie.poll() is None:
             zombie.kill()
-    assert zombie.returncode == 5, stderr
-    assert "another relay instance initialised this partition's transactional id" in stderr
-    assert "into a transaction, before transaction.timeout.ms" in stderr
-
-    assert_exactly_once_in_order(read_committed(relay_env.bootstrap_servers, topic), committed)
+    both = f"zombie:\n{stderr}\ntakeover:\n{takeover.stderr}"
+    try:
+        assert_exactly_once_in_order(read_committed(relay_env.bootstrap_servers, topic), committed)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{both}") from None
+    assert zombie.returncode == 5, both
+    assert "another relay instance initialised this partition's transactional id" in stderr, both
+    assert "into a transaction, before transaction.timeout.ms" in stderr, both
 
 
 @pytest.fixture

@@ -349,3 +349,24 @@ def test_a_routine_start_says_the_partition_is_ready_not_that_it_was_fenced(
         "nothing published yet",
     ]
     assert (caplog.records[0].partition, caplog.records[0].position) == (0, 7)  # type: ignore[attr-defined]
+
+
+def test_a_floor_recorded_while_the_position_was_read_does_not_refuse_it() -> None:
+    """A process paused while it read its position (a request answered before another
+    instance took over, its answer read after) holds an older position than the floor the
+    other instance recorded meanwhile. The floor is read before the position: whatever it
+    says was in Kafka before the position was asked for, so a floor above the position
+    means lost offsets, never a read that was overtaken."""
+    outbox, kafka = MemoryOutbox(), MemoryKafka()
+    outbox.add(*(record(0, s) for s in range(1, 6)))
+    publisher = kafka.publisher(0)
+    fence = publisher.fence
+
+    def fence_then_overtaken() -> CommittedPosition:
+        read = fence()  # position 0, as the broker answered it
+        outbox.floors[0] = 5  # meanwhile: another instance published 1..5, recorded 5
+        return read
+
+    publisher.fence = fence_then_overtaken  # type: ignore[method-assign]
+    relay = PartitionRelay(0, outbox, publisher, owner=OWNER, clock=FakeClock())
+    assert relay.start() == 0
