@@ -43,7 +43,7 @@ from relay.replication.ports import (
     SourceReader,
     TopicIds,
 )
-from relay.replication.position_check import check_owner, checked_start, same_topics
+from relay.replication.position_check import check_owner, checked_start_read_again, same_topics
 from relay.replication.retrying import retrying
 from relay.replication.types import (
     Origin,
@@ -125,8 +125,13 @@ class PartitionReplicator:
             self._ids.target(self.route.target_topic, now),
             self._owner.prefix,
         )
-        self._next, self._stamp = checked_start(
-            self.route, committed, mine, self._writer.last_copy, self._reader.end_offset()
+        self._next, self._stamp = checked_start_read_again(
+            self.route,
+            committed,
+            mine,
+            self._writer.last_copy,
+            self._reader.end_offset(),
+            read_again=self._writer.position,
         )
         self._read.clear()
         self._reader.seek(self._next)

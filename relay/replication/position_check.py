@@ -112,6 +112,37 @@ def checked_start(
     return committed.next_offset, stamp
 
 
+def checked_start_read_again(
+    route: Route,
+    committed: ReplicaPosition,
+    mine: PositionStamp,
+    last_copy: Callable[[int], LastCopy | None],
+    source_end: int,
+    *,
+    read_again: Callable[[], ReplicaPosition],
+) -> tuple[int, PositionStamp]:
+    """:func:`checked_start`; when it refuses after reading the target's last copy, once
+    more with the position read again (``read_again``) and the same last copy.
+
+    The position is read first (when fencing) and the last copy after: a process paused
+    between the two (or whose position read was answered before another instance copied
+    on) sees copies beyond its position, as if the group's offset had been moved back.
+    Read after the last copy, a position that was not moved is at least that copy."""
+    copies: dict[int, LastCopy | None] = {}
+
+    def remembered(since: int) -> LastCopy | None:
+        if since not in copies:
+            copies[since] = last_copy(since)
+        return copies[since]
+
+    try:
+        return checked_start(route, committed, mine, remembered, source_end)
+    except ReplicaPositionError:
+        if not copies:
+            raise  # refused on the position alone: reading it again changes nothing
+        return checked_start(route, read_again(), mine, remembered, source_end)
+
+
 def _check_owner(route: Route, found: PositionStamp, mine: PositionStamp) -> None:
     if found.origin != mine.origin:
         raise ReplicaPositionError(

@@ -182,3 +182,27 @@ def test_a_routine_start_says_the_partition_is_ready_not_that_it_was_fenced(
     assert line == (
         f"{ROUTE}: ready, earlier copiers of this partition fenced; copying from offset 0"
     )
+
+
+def test_a_position_overtaken_while_it_was_read_is_read_again_not_refused() -> None:
+    """A replicator paused while it read its position (answered before another instance
+    copied on, the target's last copy read after) is not refused for a position that moved
+    back: the position is read again, after the last copy; the instance is fenced at its
+    first commit, having copied nothing twice."""
+    source = MemorySource(source_log(b"a", b"b", b"c"))
+    target = MemoryTarget()
+    paused = make(source, target, batch_size=1)
+    writer = target.last_writer
+    assert writer is not None
+    fence = writer.fence
+
+    def answered_then_overtaken() -> ReplicaPosition:
+        read = fence()  # no position yet, as the broker answered it
+        make(source, target).drain(2)  # meanwhile another instance copies a and b
+        return read
+
+    writer.fence = answered_then_overtaken  # type: ignore[method-assign]
+    assert paused.start() == 2
+    with pytest.raises(ProducerFencedError):
+        paused.copy_batch()
+    assert values(target) == [b"a", b"b"]
