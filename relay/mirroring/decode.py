@@ -11,7 +11,7 @@ import base64
 import binascii
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
 
@@ -33,6 +33,8 @@ from relay.runtime.heartbeat import HEARTBEAT_HEADER, decode_heartbeat
 EVENT_TYPE_HEADER = "event-type"
 _INTEGER_TEXT = re.compile(r"^-?[0-9]+$")
 _MISSING = object()
+_AS_IS = {ColumnKind.TEXT: str, ColumnKind.INTEGER: int, ColumnKind.BOOLEAN: bool}
+"""A JSON value of exactly this type is what from_json gives for a column of the kind."""
 
 
 def decode(
@@ -47,7 +49,8 @@ def decode(
     it lists. A tombstone without that header deletes (closes) the key in every table of
     its topic whose key mapping accepts the key; one whose event type a table does not
     list is skipped there and reported (``Decoded.skipped_tombstone``), never silently."""
-    if any(name == HEARTBEAT_HEADER for name, _ in record.headers):
+    headers = dict(record.headers)  # a header given twice: its last value, as header()
+    if HEARTBEAT_HEADER in headers:
         # The outbox relay's, for no table; never dead-lettered (skipped when malformed).
         return Decoded(record, heartbeat=decode_heartbeat(record.value))
     ops: list[Op] = []
@@ -56,7 +59,8 @@ def decode(
     unmapped: list[tuple[str, str, str]] = []
     value: object = _MISSING
     tombstone = record.value is None
-    event_type = _event_type(record)
+    raw_type = headers.get(EVENT_TYPE_HEADER)
+    event_type = None if raw_type is None else raw_type.decode("utf-8", "replace")
     for table in tables:
         listed = table.mapping.event_types
         key: dict[str, object] | None = None
@@ -74,7 +78,7 @@ def decode(
         try:
             if record.value is not None and value is _MISSING:
                 value = parse_value(record.value, record.topic, table.mapping.value_format, decoder)
-            ops.append(_operation(record, table, value, key))
+            ops.append(_operation(record, headers, table, value, key))
             unmapped += unmapped_fields(value, table.mapping)
         except DecodeError as exc:
             errors.append(f"{table.table}: {exc}")
@@ -84,22 +88,23 @@ def decode(
     return Decoded(record, tuple(ops), skipped_tombstone=reason, unmapped=tuple(unmapped))
 
 
-def _event_type(record: KafkaRecord) -> str | None:
-    raw = record.header(EVENT_TYPE_HEADER)
-    return None if raw is None else raw.decode("utf-8", "replace")
-
-
 def _operation(
-    record: KafkaRecord, table: ResolvedTable, value: object, key: dict[str, object] | None
+    record: KafkaRecord,
+    headers: Mapping[str, bytes | None],
+    table: ResolvedTable,
+    value: object,
+    key: dict[str, object] | None,
 ) -> Op:
     mapping = table.mapping
     if key is None:
         key = _key_columns(record, table)
     mode = mapping.history.mode
-    if mode == "scd2" and record.timestamp is None:
+    if mode == "scd2" and record.timestamp_ms is None:
         raise DecodeError("record has no Kafka timestamp (history scd2 needs it)")
     if record.value is None:
-        version = None if mapping.version.kind == "field" else _version(record, table, None)
+        version = (
+            None if mapping.version.kind == "field" else _version(record, headers, table, None)
+        )
         if mode == "changelog":
             row = {**key, **dict.fromkeys(c for c, _ in mapping.columns)}
             return Append(mapping.table, _history_row(record, table, row, version, "delete"))
@@ -107,12 +112,17 @@ def _operation(
     if not isinstance(value, dict):  # parsed by the caller
         raise DecodeError("value is not a JSON object")
     row = dict(key)
+    kinds = table.kinds
     for column, path in mapping.columns:
-        found = _field(value, path)
+        found = value.get(path, _MISSING) if "." not in path else _field(value, path)
         if found is _MISSING:
             raise DecodeError(f"missing field {path!r} (column {column})")
-        row[column] = from_json(table.kind(column), found, f"field {path!r}")
-    row = _history_row(record, table, row, _version(record, table, value), "upsert")
+        kind = kinds.get(column, ColumnKind.OTHER)
+        if found is None or type(found) is _AS_IS.get(kind):
+            row[column] = found  # what from_json gives it, without the call
+        else:
+            row[column] = from_json(kind, found, f"field {path!r}")
+    row = _history_row(record, table, row, _version(record, headers, table, value), "upsert")
     if mode == "changelog":
         return Append(mapping.table, row)
     return Upsert(mapping.table, row)
@@ -153,16 +163,18 @@ def _key_columns(record: KafkaRecord, table: ResolvedTable) -> dict[str, object]
     key_mapping = table.mapping.key
     if record.key is None:
         raise DecodeError("record has no key")
-    if key_mapping.column is not None and table.kind(key_mapping.column) is ColumnKind.BYTES:
-        return {key_mapping.column: record.key}
+    column = key_mapping.column
+    kind = ColumnKind.OTHER if column is None else table.kinds.get(column, ColumnKind.OTHER)
+    if column is not None and kind is ColumnKind.BYTES:
+        return {column: record.key}
     if key_mapping.fields:
         return _json_key(record.key, table)
     try:
         text = record.key.decode("utf-8")
     except UnicodeDecodeError:
         raise DecodeError("key is not UTF-8 text") from None
-    if key_mapping.column is not None:
-        return {key_mapping.column: from_text(table.kind(key_mapping.column), text, "key")}
+    if column is not None:
+        return {column: text if kind is ColumnKind.TEXT else from_text(kind, text, "key")}
     return _pattern_key(text, table)
 
 
@@ -194,15 +206,19 @@ def _pattern_key(text: str, table: ResolvedTable) -> dict[str, object]:
     return columns
 
 
-def _version(record: KafkaRecord, table: ResolvedTable, value: object) -> int:
+def _version(
+    record: KafkaRecord, headers: Mapping[str, bytes | None], table: ResolvedTable, value: object
+) -> int:
     version = table.mapping.version
     if version.kind == "offset":
         return record.offset
     name = version.name or ""
     if version.kind == "header":
-        raw = record.header(name)
+        raw = headers.get(name)
         if raw is None:
             raise DecodeError(f"version header {name!r} is missing")
+        if raw.isdigit():  # ASCII digits only: the usual header, as the pattern reads it
+            return int(raw)
         text = raw.decode("ascii", "replace").strip()
         if not _INTEGER_TEXT.match(text):
             raise DecodeError(f"version header {name!r} is not an integer: {_short(text)!r}")
@@ -216,6 +232,8 @@ def _version(record: KafkaRecord, table: ResolvedTable, value: object) -> int:
 
 
 def _field(document: dict[str, object], path: str) -> object:
+    if "." not in path:
+        return document.get(path, _MISSING)
     current: object = document
     for part in path.split("."):
         if not isinstance(current, dict) or part not in current:
