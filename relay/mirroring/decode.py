@@ -7,15 +7,11 @@ is never half applied.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import re
-import uuid
 from collections.abc import Mapping, Sequence
-from datetime import UTC, date, datetime
-from decimal import Decimal, InvalidOperation
+from datetime import UTC, datetime
 
 from relay.errors import DecodeError
+from relay.mirroring.conversions import INTEGER_TEXT, from_json, from_text, json_type, short
 from relay.mirroring.ports import ValueDecoder
 from relay.mirroring.types import (
     Append,
@@ -31,10 +27,7 @@ from relay.mirroring.values import json_object, parse_value, unmapped_fields
 from relay.runtime.heartbeat import HEARTBEAT_HEADER, decode_heartbeat
 
 EVENT_TYPE_HEADER = "event-type"
-_INTEGER_TEXT = re.compile(r"^-?[0-9]+$")
 _MISSING = object()
-_AS_IS = {ColumnKind.TEXT: str, ColumnKind.INTEGER: int, ColumnKind.BOOLEAN: bool}
-"""A JSON value of exactly this type is what from_json gives for a column of the kind."""
 
 
 def decode(
@@ -119,8 +112,14 @@ def _operation(
         if found is _MISSING:
             raise DecodeError(f"missing field {path!r} (column {column})")
         kind = kinds.get(column, ColumnKind.OTHER)
-        if found is None or type(found) is _AS_IS.get(kind):
-            row[column] = found  # what from_json gives it, without the call
+        held = type(found)  # exactly these types are what from_json gives back as they are
+        if (
+            found is None
+            or (held is str and kind is ColumnKind.TEXT)
+            or (held is int and kind is ColumnKind.INTEGER)
+            or (held is bool and kind is ColumnKind.BOOLEAN)
+        ):
+            row[column] = found
         else:
             row[column] = from_json(kind, found, f"field {path!r}")
     row = _history_row(record, table, row, _version(record, headers, table, value), "upsert")
@@ -198,11 +197,11 @@ def _pattern_key(text: str, table: ResolvedTable) -> dict[str, object]:
         raise DecodeError("no key mapping")
     match = pattern.fullmatch(text)
     if match is None:
-        raise DecodeError(f"key {_short(text)!r} does not match {pattern.pattern!r}")
+        raise DecodeError(f"key {short(text)!r} does not match {pattern.pattern!r}")
     columns: dict[str, object] = {}
     for column, part in match.groupdict().items():
         if part is None:
-            raise DecodeError(f"key {_short(text)!r} has no part for column {column}")
+            raise DecodeError(f"key {short(text)!r} has no part for column {column}")
         columns[column] = from_text(table.kind(column), part, f"key part {column}")
     return columns
 
@@ -221,14 +220,14 @@ def _version(
         if raw.isdigit():  # ASCII digits only: the usual header, as the pattern reads it
             return int(raw)
         text = raw.decode("ascii", "replace").strip()
-        if not _INTEGER_TEXT.match(text):
-            raise DecodeError(f"version header {name!r} is not an integer: {_short(text)!r}")
+        if not INTEGER_TEXT.match(text):
+            raise DecodeError(f"version header {name!r} is not an integer: {short(text)!r}")
         return int(text)
     found = _field(value, name) if isinstance(value, dict) else _MISSING
     if found is _MISSING or found is None:
         raise DecodeError(f"missing version field {name!r}")
     if isinstance(found, bool) or not isinstance(found, int):
-        raise DecodeError(f"version field {name!r} is {_json_type(found)}, not an integer")
+        raise DecodeError(f"version field {name!r} is {json_type(found)}, not an integer")
     return found
 
 
@@ -241,119 +240,3 @@ def _field(document: dict[str, object], path: str) -> object:
             return _MISSING
         current = current[part]
     return current
-
-
-def from_json(kind: ColumnKind, value: object, what: str) -> object:
-    """A JSON value converted for a column of ``kind``; DecodeError on a type mismatch."""
-    if value is None or kind is ColumnKind.JSON:
-        return value
-    if kind is ColumnKind.OTHER:
-        if _plain(value):  # arrays, enums, ...: the database checks the value
-            return value
-        raise DecodeError(f"{what} is {_json_type(value)}, column needs a scalar or an array")
-    converted = _JSON_CONVERTERS.get(kind, _from_json_string)(kind, value, what)
-    if converted is _MISSING:
-        raise DecodeError(f"{what} is {_json_type(value)}, column needs {kind.value}")
-    return converted
-
-
-def _json_text(_kind: ColumnKind, value: object, _what: str) -> object:
-    return value if isinstance(value, str) else _MISSING
-
-
-def _json_integer(_kind: ColumnKind, value: object, _what: str) -> object:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return _MISSING
-
-
-def _json_number(kind: ColumnKind, value: object, what: str) -> object:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value) if kind is ColumnKind.FLOAT else Decimal(repr(value))
-    if isinstance(value, str) and kind is ColumnKind.NUMERIC:
-        return from_text(kind, value, what)
-    return _MISSING
-
-
-def _json_boolean(_kind: ColumnKind, value: object, _what: str) -> object:
-    return value if isinstance(value, bool) else _MISSING
-
-
-def _from_json_string(kind: ColumnKind, value: object, what: str) -> object:
-    return _from_string(kind, value, what) if isinstance(value, str) else _MISSING
-
-
-_JSON_CONVERTERS = {
-    ColumnKind.TEXT: _json_text,
-    ColumnKind.INTEGER: _json_integer,
-    ColumnKind.NUMERIC: _json_number,
-    ColumnKind.FLOAT: _json_number,
-    ColumnKind.BOOLEAN: _json_boolean,
-}
-
-
-def from_text(kind: ColumnKind, text: str, what: str) -> object:
-    """Key text converted for a column of ``kind``."""
-    if kind is ColumnKind.INTEGER:
-        if _INTEGER_TEXT.match(text):
-            return int(text)
-        raise DecodeError(f"{what} {_short(text)!r} is not an integer")
-    if kind in (ColumnKind.NUMERIC, ColumnKind.FLOAT):
-        try:
-            number = Decimal(text)
-        except InvalidOperation:
-            raise DecodeError(f"{what} {_short(text)!r} is not a number") from None
-        return float(number) if kind is ColumnKind.FLOAT else number
-    if kind is ColumnKind.BOOLEAN:
-        if text in ("true", "false"):
-            return text == "true"
-        raise DecodeError(f"{what} {_short(text)!r} is not true or false")
-    if kind in (ColumnKind.TEXT, ColumnKind.OTHER, ColumnKind.JSON):
-        return text
-    return _from_string(kind, text, what)
-
-
-def _from_string(kind: ColumnKind, text: str, what: str) -> object:
-    try:
-        if kind is ColumnKind.TIMESTAMPTZ:
-            moment = datetime.fromisoformat(text)
-            return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-        if kind is ColumnKind.TIMESTAMP:
-            moment = datetime.fromisoformat(text)
-            return moment.astimezone(UTC).replace(tzinfo=None) if moment.tzinfo else moment
-        if kind is ColumnKind.DATE:
-            return date.fromisoformat(text)
-        if kind is ColumnKind.UUID:
-            return uuid.UUID(text)
-        if kind is ColumnKind.BYTES:
-            return base64.b64decode(text, validate=True)
-    except (ValueError, binascii.Error):
-        raise DecodeError(f"{what} {_short(text)!r} is not a valid {kind.value}") from None
-    return text
-
-
-def _plain(value: object) -> bool:
-    """Scalars and (nested) lists of them: what the driver can send for any type."""
-    if isinstance(value, list):
-        return all(_plain(v) for v in value)
-    return value is None or isinstance(value, str | int | float | bool)
-
-
-def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
-
-
-def _short(text: str, limit: int = 80) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -157,21 +157,32 @@ class BulkTable:
         split = split_rounds(ops, self._key)
         if split is None:
             return ops
-        self._stage(conn, self._rows(split.rounds))
-        for number, round_ops in enumerate(split.rounds):
-            if any(isinstance(op, Delete) for op in round_ops):
+        kinds: list[set[str]] = [set() for _ in split.rounds]  # per round: "u", "d"
+        self._stage(conn, self._rows(split.rounds, kinds))
+        for number, found in enumerate(kinds):
+            if "d" in found:
                 conn.exec_driver_sql(self._delete, (number,))
-            if any(isinstance(op, Upsert) for op in round_ops):
+            if "u" in found:
                 conn.exec_driver_sql(self._insert, (number,))
         return split.by_record
 
-    def _rows(self, rounds: Sequence[Sequence[Upsert | Delete]]) -> Iterable[tuple[object, ...]]:
+    def _rows(
+        self, rounds: Sequence[Sequence[Upsert | Delete]], kinds: Sequence[set[str]]
+    ) -> Iterable[tuple[object, ...]]:
+        """The staging rows of ``rounds``; ``kinds[n]`` gets the kinds round n holds."""
         for number, round_ops in enumerate(rounds):
+            upserts = deletes = False
             for op in round_ops:
                 if isinstance(op, Upsert):
+                    upserts = True
                     yield ("u", None, number, *self._values(op.row))
                 else:
+                    deletes = True
                     yield ("d", op.version, number, *(op.key[k] for k in self._key), *self._blank)
+            if upserts:
+                kinds[number].add("u")
+            if deletes:
+                kinds[number].add("d")
 
     def _values(self, row: Mapping[str, object]) -> Sequence[object]:
         values: tuple[object, ...] = self._pick(row)  # one C call: a row has its key and version
