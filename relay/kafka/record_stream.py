@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -48,7 +47,11 @@ _FATAL_CODES = frozenset(
 
 
 def _headers(raw: object) -> RecordHeaders:
-    pairs = raw.items() if isinstance(raw, dict) else raw or ()
+    if not raw:
+        return ()
+    if type(raw) is list:  # as the consumer gives them: (str, bytes | None) pairs
+        return tuple(raw)
+    pairs = raw.items() if isinstance(raw, dict) else raw
     result: list[tuple[str, bytes | None]] = []
     for name, value in pairs:  # type: ignore[attr-defined]
         result.append((str(name), value.encode() if isinstance(value, str) else value))
@@ -204,7 +207,7 @@ class KafkaRecordStream:
                     continue
                 if got is None or (key := (got.topic, got.partition)) in found:
                     continue
-                found[key] = got.timestamp_ms if isinstance(got, KafkaRecord) else None
+                found[key] = (got.timestamp_ms or 0) if isinstance(got, KafkaRecord) else None
                 self._consumer.pause([TopicPartition(*key)])
         finally:
             # librdkafka keeps a partition paused across assignments: resume before leaving.
@@ -220,9 +223,9 @@ class KafkaRecordStream:
             log.debug("closing the consumer: %s", exc)
 
 
-def _timestamp(found: tuple[int, int]) -> datetime | None:
-    """The record's Kafka timestamp (CreateTime or LogAppendTime) in UTC."""
+def _timestamp(found: tuple[int, int]) -> int | None:
+    """The record's Kafka timestamp (CreateTime or LogAppendTime) in ms since the epoch."""
     kind, milliseconds = found
     if kind == TIMESTAMP_NOT_AVAILABLE or milliseconds < 0:
         return None
-    return datetime.fromtimestamp(milliseconds / 1000, UTC)
+    return milliseconds

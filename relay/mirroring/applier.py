@@ -86,11 +86,12 @@ class Applier:
         DatabaseError) with nothing applied."""
         partition = batch.partition
         self._failpoints.hit("mirror_before_apply", partition)
-        spans = tracing.start_apply_spans(
+        traced = [
             tracing.Applied(r.topic, r.partition, r.offset, r.headers)
             for r in (item.record for item in batch.items)
             if tracing.has_trace(r.headers)
-        )
+        ]  # none: OpenTelemetry is not even imported
+        spans = tracing.start_apply_spans(traced) if traced else tracing.NO_SPANS
         try:
             result = self._store.apply(
                 batch, before_commit=lambda: self._failpoints.hit("mirror_after_apply", partition)

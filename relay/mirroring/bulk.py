@@ -45,12 +45,19 @@ def split_rounds(
     they cannot be split: an operation of another kind, or a key Python cannot compare
     (e.g. a JSON key column). Apply them record by record then."""
     placed: list[tuple[Hashable, Upsert | Delete]] = []
+    single = key_columns[0] if len(key_columns) == 1 else None
     try:
         for op in ops:
-            if not isinstance(op, Upsert | Delete):
+            if type(op) is Upsert:
+                source: Mapping[str, object] = op.row
+            elif type(op) is Delete:
+                source = op.key
+            else:
                 return None
-            source: Mapping[str, object] = op.row if isinstance(op, Upsert) else op.key
-            key = tuple(_nan if (part := source[c]) != part else part for c in key_columns)
+            if single is not None:  # the part itself: grouped as its 1-tuple would be
+                key: Hashable = _nan if (part := source[single]) != part else part
+            else:
+                key = tuple(_nan if (part := source[c]) != part else part for c in key_columns)
             hash(key)  # TypeError if it cannot be
             placed.append((key, op))
     except TypeError:

@@ -7,15 +7,11 @@ is never half applied.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import re
-import uuid
-from collections.abc import Sequence
-from datetime import UTC, date, datetime
-from decimal import Decimal, InvalidOperation
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 
 from relay.errors import DecodeError
+from relay.mirroring.conversions import INTEGER_TEXT, from_json, from_text, json_type, short
 from relay.mirroring.ports import ValueDecoder
 from relay.mirroring.types import (
     Append,
@@ -31,7 +27,6 @@ from relay.mirroring.values import json_object, parse_value, unmapped_fields
 from relay.runtime.heartbeat import HEARTBEAT_HEADER, decode_heartbeat
 
 EVENT_TYPE_HEADER = "event-type"
-_INTEGER_TEXT = re.compile(r"^-?[0-9]+$")
 _MISSING = object()
 
 
@@ -47,7 +42,8 @@ def decode(
     it lists. A tombstone without that header deletes (closes) the key in every table of
     its topic whose key mapping accepts the key; one whose event type a table does not
     list is skipped there and reported (``Decoded.skipped_tombstone``), never silently."""
-    if any(name == HEARTBEAT_HEADER for name, _ in record.headers):
+    headers = dict(record.headers)  # a header given twice: its last value, as header()
+    if HEARTBEAT_HEADER in headers:
         # The outbox relay's, for no table; never dead-lettered (skipped when malformed).
         return Decoded(record, heartbeat=decode_heartbeat(record.value))
     ops: list[Op] = []
@@ -56,7 +52,8 @@ def decode(
     unmapped: list[tuple[str, str, str]] = []
     value: object = _MISSING
     tombstone = record.value is None
-    event_type = _event_type(record)
+    raw_type = headers.get(EVENT_TYPE_HEADER)
+    event_type = None if raw_type is None else raw_type.decode("utf-8", "replace")
     for table in tables:
         listed = table.mapping.event_types
         key: dict[str, object] | None = None
@@ -74,8 +71,9 @@ def decode(
         try:
             if record.value is not None and value is _MISSING:
                 value = parse_value(record.value, record.topic, table.mapping.value_format, decoder)
-            ops.append(_operation(record, table, value, key))
-            unmapped += unmapped_fields(value, table.mapping)
+            ops.append(_operation(record, headers, table, value, key))
+            if table.mapping.value_format != "json":  # JSON values are free-form
+                unmapped += unmapped_fields(value, table.mapping)
         except DecodeError as exc:
             errors.append(f"{table.table}: {exc}")
     if errors:
@@ -84,22 +82,23 @@ def decode(
     return Decoded(record, tuple(ops), skipped_tombstone=reason, unmapped=tuple(unmapped))
 
 
-def _event_type(record: KafkaRecord) -> str | None:
-    raw = record.header(EVENT_TYPE_HEADER)
-    return None if raw is None else raw.decode("utf-8", "replace")
-
-
 def _operation(
-    record: KafkaRecord, table: ResolvedTable, value: object, key: dict[str, object] | None
+    record: KafkaRecord,
+    headers: Mapping[str, bytes | None],
+    table: ResolvedTable,
+    value: object,
+    key: dict[str, object] | None,
 ) -> Op:
     mapping = table.mapping
     if key is None:
         key = _key_columns(record, table)
     mode = mapping.history.mode
-    if mode == "scd2" and record.timestamp is None:
+    if mode == "scd2" and record.timestamp_ms is None:
         raise DecodeError("record has no Kafka timestamp (history scd2 needs it)")
     if record.value is None:
-        version = None if mapping.version.kind == "field" else _version(record, table, None)
+        version = (
+            None if mapping.version.kind == "field" else _version(record, headers, table, None)
+        )
         if mode == "changelog":
             row = {**key, **dict.fromkeys(c for c, _ in mapping.columns)}
             return Append(mapping.table, _history_row(record, table, row, version, "delete"))
@@ -107,12 +106,23 @@ def _operation(
     if not isinstance(value, dict):  # parsed by the caller
         raise DecodeError("value is not a JSON object")
     row = dict(key)
+    kinds = table.kinds
     for column, path in mapping.columns:
-        found = _field(value, path)
+        found = value.get(path, _MISSING) if "." not in path else _field(value, path)
         if found is _MISSING:
             raise DecodeError(f"missing field {path!r} (column {column})")
-        row[column] = from_json(table.kind(column), found, f"field {path!r}")
-    row = _history_row(record, table, row, _version(record, table, value), "upsert")
+        kind = kinds.get(column, ColumnKind.OTHER)
+        held = type(found)  # exactly these types are what from_json gives back as they are
+        if (
+            found is None
+            or (held is str and kind is ColumnKind.TEXT)
+            or (held is int and kind is ColumnKind.INTEGER)
+            or (held is bool and kind is ColumnKind.BOOLEAN)
+        ):
+            row[column] = found
+        else:
+            row[column] = from_json(kind, found, f"field {path!r}")
+    row = _history_row(record, table, row, _version(record, headers, table, value), "upsert")
     if mode == "changelog":
         return Append(mapping.table, row)
     return Upsert(mapping.table, row)
@@ -153,16 +163,18 @@ def _key_columns(record: KafkaRecord, table: ResolvedTable) -> dict[str, object]
     key_mapping = table.mapping.key
     if record.key is None:
         raise DecodeError("record has no key")
-    if key_mapping.column is not None and table.kind(key_mapping.column) is ColumnKind.BYTES:
-        return {key_mapping.column: record.key}
+    column = key_mapping.column
+    kind = ColumnKind.OTHER if column is None else table.kinds.get(column, ColumnKind.OTHER)
+    if column is not None and kind is ColumnKind.BYTES:
+        return {column: record.key}
     if key_mapping.fields:
         return _json_key(record.key, table)
     try:
         text = record.key.decode("utf-8")
     except UnicodeDecodeError:
         raise DecodeError("key is not UTF-8 text") from None
-    if key_mapping.column is not None:
-        return {key_mapping.column: from_text(table.kind(key_mapping.column), text, "key")}
+    if column is not None:
+        return {column: text if kind is ColumnKind.TEXT else from_text(kind, text, "key")}
     return _pattern_key(text, table)
 
 
@@ -185,156 +197,46 @@ def _pattern_key(text: str, table: ResolvedTable) -> dict[str, object]:
         raise DecodeError("no key mapping")
     match = pattern.fullmatch(text)
     if match is None:
-        raise DecodeError(f"key {_short(text)!r} does not match {pattern.pattern!r}")
+        raise DecodeError(f"key {short(text)!r} does not match {pattern.pattern!r}")
     columns: dict[str, object] = {}
     for column, part in match.groupdict().items():
         if part is None:
-            raise DecodeError(f"key {_short(text)!r} has no part for column {column}")
+            raise DecodeError(f"key {short(text)!r} has no part for column {column}")
         columns[column] = from_text(table.kind(column), part, f"key part {column}")
     return columns
 
 
-def _version(record: KafkaRecord, table: ResolvedTable, value: object) -> int:
+def _version(
+    record: KafkaRecord, headers: Mapping[str, bytes | None], table: ResolvedTable, value: object
+) -> int:
     version = table.mapping.version
     if version.kind == "offset":
         return record.offset
     name = version.name or ""
     if version.kind == "header":
-        raw = record.header(name)
+        raw = headers.get(name)
         if raw is None:
             raise DecodeError(f"version header {name!r} is missing")
+        if raw.isdigit():  # ASCII digits only: the usual header, as the pattern reads it
+            return int(raw)
         text = raw.decode("ascii", "replace").strip()
-        if not _INTEGER_TEXT.match(text):
-            raise DecodeError(f"version header {name!r} is not an integer: {_short(text)!r}")
+        if not INTEGER_TEXT.match(text):
+            raise DecodeError(f"version header {name!r} is not an integer: {short(text)!r}")
         return int(text)
     found = _field(value, name) if isinstance(value, dict) else _MISSING
     if found is _MISSING or found is None:
         raise DecodeError(f"missing version field {name!r}")
     if isinstance(found, bool) or not isinstance(found, int):
-        raise DecodeError(f"version field {name!r} is {_json_type(found)}, not an integer")
+        raise DecodeError(f"version field {name!r} is {json_type(found)}, not an integer")
     return found
 
 
 def _field(document: dict[str, object], path: str) -> object:
+    if "." not in path:
+        return document.get(path, _MISSING)
     current: object = document
     for part in path.split("."):
         if not isinstance(current, dict) or part not in current:
             return _MISSING
         current = current[part]
     return current
-
-
-def from_json(kind: ColumnKind, value: object, what: str) -> object:
-    """A JSON value converted for a column of ``kind``; DecodeError on a type mismatch."""
-    if value is None or kind is ColumnKind.JSON:
-        return value
-    if kind is ColumnKind.OTHER:
-        if _plain(value):  # arrays, enums, ...: the database checks the value
-            return value
-        raise DecodeError(f"{what} is {_json_type(value)}, column needs a scalar or an array")
-    converted = _JSON_CONVERTERS.get(kind, _from_json_string)(kind, value, what)
-    if converted is _MISSING:
-        raise DecodeError(f"{what} is {_json_type(value)}, column needs {kind.value}")
-    return converted
-
-
-def _json_text(_kind: ColumnKind, value: object, _what: str) -> object:
-    return value if isinstance(value, str) else _MISSING
-
-
-def _json_integer(_kind: ColumnKind, value: object, _what: str) -> object:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return _MISSING
-
-
-def _json_number(kind: ColumnKind, value: object, what: str) -> object:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value) if kind is ColumnKind.FLOAT else Decimal(repr(value))
-    if isinstance(value, str) and kind is ColumnKind.NUMERIC:
-        return from_text(kind, value, what)
-    return _MISSING
-
-
-def _json_boolean(_kind: ColumnKind, value: object, _what: str) -> object:
-    return value if isinstance(value, bool) else _MISSING
-
-
-def _from_json_string(kind: ColumnKind, value: object, what: str) -> object:
-    return _from_string(kind, value, what) if isinstance(value, str) else _MISSING
-
-
-_JSON_CONVERTERS = {
-    ColumnKind.TEXT: _json_text,
-    ColumnKind.INTEGER: _json_integer,
-    ColumnKind.NUMERIC: _json_number,
-    ColumnKind.FLOAT: _json_number,
-    ColumnKind.BOOLEAN: _json_boolean,
-}
-
-
-def from_text(kind: ColumnKind, text: str, what: str) -> object:
-    """Key text converted for a column of ``kind``."""
-    if kind is ColumnKind.INTEGER:
-        if _INTEGER_TEXT.match(text):
-            return int(text)
-        raise DecodeError(f"{what} {_short(text)!r} is not an integer")
-    if kind in (ColumnKind.NUMERIC, ColumnKind.FLOAT):
-        try:
-            number = Decimal(text)
-        except InvalidOperation:
-            raise DecodeError(f"{what} {_short(text)!r} is not a number") from None
-        return float(number) if kind is ColumnKind.FLOAT else number
-    if kind is ColumnKind.BOOLEAN:
-        if text in ("true", "false"):
-            return text == "true"
-        raise DecodeError(f"{what} {_short(text)!r} is not true or false")
-    if kind in (ColumnKind.TEXT, ColumnKind.OTHER, ColumnKind.JSON):
-        return text
-    return _from_string(kind, text, what)
-
-
-def _from_string(kind: ColumnKind, text: str, what: str) -> object:
-    try:
-        if kind is ColumnKind.TIMESTAMPTZ:
-            moment = datetime.fromisoformat(text)
-            return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-        if kind is ColumnKind.TIMESTAMP:
-            moment = datetime.fromisoformat(text)
-            return moment.astimezone(UTC).replace(tzinfo=None) if moment.tzinfo else moment
-        if kind is ColumnKind.DATE:
-            return date.fromisoformat(text)
-        if kind is ColumnKind.UUID:
-            return uuid.UUID(text)
-        if kind is ColumnKind.BYTES:
-            return base64.b64decode(text, validate=True)
-    except (ValueError, binascii.Error):
-        raise DecodeError(f"{what} {_short(text)!r} is not a valid {kind.value}") from None
-    return text
-
-
-def _plain(value: object) -> bool:
-    """Scalars and (nested) lists of them: what the driver can send for any type."""
-    if isinstance(value, list):
-        return all(_plain(v) for v in value)
-    return value is None or isinstance(value, str | int | float | bool)
-
-
-def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
-
-
-def _short(text: str, limit: int = 80) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."

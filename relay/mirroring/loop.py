@@ -284,7 +284,7 @@ class MirrorLoop:
         cursor.expected = batch.next_offset
         cursor.buffer = []
         cursor.since = None
-        self._record(tp, result, cursor.expected, [d.record.timestamp_ms for d in batch.items])
+        self._record(tp, result, cursor.expected, [d.record.timestamp_ms or 0 for d in batch.items])
 
     def _apply_waiting_for_healing(self, batch: Batch) -> tuple[Batch, ApplyResult] | None:
         """Apply ``batch``; while the database refuses one of its records with an error

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 
 from relay.mirroring.mapping import TableMapping
 from relay.runtime.heartbeat import Heartbeat
@@ -25,12 +25,16 @@ class KafkaRecord:
     key: bytes | None
     value: bytes | None
     headers: RecordHeaders = ()
-    timestamp: datetime | None = None  # the Kafka timestamp (UTC); None: not available
+    timestamp_ms: int | None = None
+    """The Kafka timestamp in milliseconds since the epoch; None: not available. Kept as
+    the consumer gives it: the datetime (:attr:`timestamp`) is built only where a row or
+    a dead letter needs it, not for every record consumed."""
 
     @property
-    def timestamp_ms(self) -> int:
-        """The Kafka timestamp in milliseconds since the epoch (0: not available)."""
-        return 0 if self.timestamp is None else round(self.timestamp.timestamp() * 1000)
+    def timestamp(self) -> datetime | None:
+        """The Kafka timestamp in UTC; None: not available."""
+        ms = self.timestamp_ms
+        return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
 
     def header(self, name: str) -> bytes | None:
         """The last value of header ``name`` (None when absent or null)."""

@@ -12,11 +12,24 @@ from relay.errors import DecodeError
 from relay.mirroring.mapping import TableMapping
 from relay.mirroring.ports import ValueDecoder
 
+_DECODER = json.JSONDecoder()
+
 
 def json_object(raw: bytes, what: str) -> dict[str, object]:
-    """``raw`` (a record's ``what``: key or value) as a JSON object; DecodeError if not."""
+    """``raw`` (a record's ``what``: key or value) as a JSON object; DecodeError if not.
+
+    What ``json.loads(raw)`` gives, without its guess of the encoding for the usual case:
+    text that starts with ``{`` and no NUL is what ``json.detect_encoding`` calls UTF-8,
+    decoded the way ``json.loads`` decodes it (surrogatepass). The rest goes through
+    ``json.loads`` itself (UTF-16 and UTF-32, a byte order mark, not an object)."""
     try:
-        parsed = json.loads(raw)
+        if raw[:1] == b"{" and raw[1:2] != b"\x00":
+            text = raw.decode("utf-8", "surrogatepass")
+            parsed, end = _DECODER.raw_decode(text)
+            if end != len(text) and text[end:].strip(" \t\n\r"):
+                parsed = json.loads(raw)  # raises json's own "Extra data" error
+        else:
+            parsed = json.loads(raw)
     except (UnicodeDecodeError, ValueError) as exc:
         raise DecodeError(f"{what} is not JSON: {_short(str(exc))}") from None
     if not isinstance(parsed, dict):

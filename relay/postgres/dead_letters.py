@@ -116,7 +116,9 @@ class MirrorDeadLetter:
             self.key,
             self.value,
             self.headers,
-            timestamp=self.timestamp,
+            timestamp_ms=None
+            if self.timestamp is None
+            else round(self.timestamp.timestamp() * 1000),
         )
 
 

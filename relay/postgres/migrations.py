@@ -27,18 +27,19 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext, MigrationInfo
-from alembic.script import ScriptDirectory
-from alembic.util import CommandError
 from sqlalchemy import Connection, inspect, text
 
 from relay.errors import ConfigurationError, MigrationsNotAppliedError
 from relay.postgres.engine import Database, opened
+from relay.postgres.revision_files import read_revisions
 from relay.runtime.secrets import Secret
+
+if TYPE_CHECKING:  # Alembic is imported where it runs: the start-up check needs none of it
+    from alembic.config import Config
+    from alembic.runtime.migration import MigrationContext, MigrationInfo
+    from alembic.script import ScriptDirectory
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,8 @@ def script_location() -> Path:
 
 def alembic_config(url: Secret | None = None) -> Config:
     """Alembic's configuration for the relay's migrations, without an ini file."""
+    from alembic.config import Config
+
     config = Config()
     # ConfigParser interpolation treats % specially.
     config.set_main_option("script_location", str(script_location()).replace("%", "%%"))
@@ -79,6 +82,8 @@ def alembic_config(url: Secret | None = None) -> Config:
 
 
 def _scripts() -> ScriptDirectory:
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(alembic_config())
 
 
@@ -139,11 +144,14 @@ class SchemaRevision:
 
 
 def schema_revision(database: Database) -> SchemaRevision:
-    scripts = _scripts()
-    ours = _revisions(scripts)
-    head = scripts.get_current_head()
-    if head is None:
-        raise ConfigurationError("no migrations found")
+    found = read_revisions(script_location() / "versions")
+    if found is None:
+        scripts = _scripts()
+        ours, current_head = _revisions(scripts), scripts.get_current_head()
+        if current_head is None:
+            raise ConfigurationError("no migrations found")
+        found = ours, current_head
+    ours, head = found
     with database.connect("reading the schema revision") as conn:
         current = _current_revision(conn, ours)
         newer = current is not None and current not in ours
@@ -172,6 +180,8 @@ def check_schema(database: Database) -> None:
 
 
 def upgrade(url: Secret, revision: str = "head") -> None:
+    from alembic import command
+
     with _migrating(url) as database:
         if revision == "head" and _already_newer(database):
             return
@@ -179,6 +189,8 @@ def upgrade(url: Secret, revision: str = "head") -> None:
 
 
 def downgrade(url: Secret, revision: str) -> None:
+    from alembic import command
+
     with _migrating(url) as database:
         _run_alembic(database, "downgrading the schema", command.downgrade, revision)
 
@@ -217,6 +229,8 @@ def _already_newer(database: Database) -> bool:
 @contextmanager
 def _alembic_errors(doing: str) -> Iterator[None]:
     """Alembic's refusals (an unknown revision, several heads) as one clear line."""
+    from alembic.util import CommandError
+
     try:
         yield
     except CommandError as exc:
@@ -231,6 +245,8 @@ def adopt_legacy_revision(connection: Connection, scripts: ScriptDirectory) -> s
     ``relay_alembic_version``, in one transaction, and create ``relay_schema_compat``.
     Only a row that is one of our revision ids is deleted; the table stays, with a
     service's own revision. Returns the revision moved, if any."""
+    from alembic.runtime.migration import MigrationContext
+
     with _transaction(connection):
         connection.execute(text(_CREATE_COMPAT_TABLE))
         context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
@@ -285,8 +301,15 @@ def oldest_compatible(scripts: ScriptDirectory, revision: str) -> str:
 
 
 def _current_revision(conn: Connection, ours: set[str]) -> str | None:
-    context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
-    current = context.get_current_revision()
+    current = None
+    if inspect(conn).has_table(VERSION_TABLE):
+        rows = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all()
+        if len(rows) > 1:  # Alembic's own refusal (several heads), as before
+            from alembic.runtime.migration import MigrationContext
+
+            context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+            context.get_current_revision()
+        current = str(rows[0]) if rows else None
     return current if current is not None else _legacy_revision(conn, ours)
 
 

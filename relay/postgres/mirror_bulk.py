@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from operator import itemgetter
 
 import psycopg
 import sqlalchemy as sa
@@ -101,7 +102,10 @@ class BulkTable:
             *([mapping.history.op] if self._changelog else []),
             *(c for c, what in mapping.metadata if what != "applied_at"),
         )
-        self._json = frozenset(c for c in self._columns if resolved.kind(c) is ColumnKind.JSON)
+        self._json = tuple(
+            n for n, c in enumerate(self._columns) if resolved.kind(c) is ColumnKind.JSON
+        )
+        self._pick = itemgetter(*self._columns)
         self._blank = (None,) * (len(self._columns) - len(self._key))
         q = _PREPARER.quote
         target = _PREPARER.format_table(table)
@@ -153,27 +157,42 @@ class BulkTable:
         split = split_rounds(ops, self._key)
         if split is None:
             return ops
-        self._stage(conn, self._rows(split.rounds))
-        for number, round_ops in enumerate(split.rounds):
-            if any(isinstance(op, Delete) for op in round_ops):
+        kinds: list[set[str]] = [set() for _ in split.rounds]  # per round: "u", "d"
+        self._stage(conn, self._rows(split.rounds, kinds))
+        for number, found in enumerate(kinds):
+            if "d" in found:
                 conn.exec_driver_sql(self._delete, (number,))
-            if any(isinstance(op, Upsert) for op in round_ops):
+            if "u" in found:
                 conn.exec_driver_sql(self._insert, (number,))
         return split.by_record
 
-    def _rows(self, rounds: Sequence[Sequence[Upsert | Delete]]) -> Iterable[tuple[object, ...]]:
+    def _rows(
+        self, rounds: Sequence[Sequence[Upsert | Delete]], kinds: Sequence[set[str]]
+    ) -> Iterable[tuple[object, ...]]:
+        """The staging rows of ``rounds``; ``kinds[n]`` gets the kinds round n holds."""
         for number, round_ops in enumerate(rounds):
+            upserts = deletes = False
             for op in round_ops:
                 if isinstance(op, Upsert):
+                    upserts = True
                     yield ("u", None, number, *self._values(op.row))
                 else:
+                    deletes = True
                     yield ("d", op.version, number, *(op.key[k] for k in self._key), *self._blank)
+            if upserts:
+                kinds[number].add("u")
+            if deletes:
+                kinds[number].add("d")
 
-    def _values(self, row: Mapping[str, object]) -> list[object]:
-        return [
-            json.dumps(row[c]) if c in self._json and row[c] is not None else row[c]
-            for c in self._columns
-        ]
+    def _values(self, row: Mapping[str, object]) -> Sequence[object]:
+        values: tuple[object, ...] = self._pick(row)  # one C call: a row has its key and version
+        if not self._json:
+            return values
+        found = list(values)
+        for n in self._json:
+            if found[n] is not None:
+                found[n] = json.dumps(found[n])
+        return found
 
     def _stage(self, conn: Connection, rows: Iterable[tuple[object, ...]]) -> None:
         conn.exec_driver_sql(self._create)

@@ -16,8 +16,6 @@ import sys
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
-import structlog
-
 from relay.runtime.secrets import mask_text
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # what --log-level accepts
@@ -100,6 +98,8 @@ def _leading_keys_first(
 def json_formatter(secrets: tuple[str, ...] = ()) -> logging.Formatter:
     """One JSON object a line: ``timestamp`` (UTC, ISO 8601), ``level``, ``logger``,
     ``message``, the record's ``extra`` fields, and ``exception`` with a traceback."""
+    import structlog  # here, not at start-up: the text format (the default) needs none of it
+
     return structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=[
             structlog.processors.TimeStamper(fmt="iso", utc=True, key="timestamp"),

@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Protocol
 
 import pytest
@@ -95,7 +94,7 @@ class Counter:
                     b'{"n": %d}' % self._n,
                     (("n", str(self._n).encode()), ("trace-id", b"t")),
                     # Each record's Kafka timestamp, in milliseconds as Kafka keeps it.
-                    datetime.fromtimestamp((self._stamped_from + self._n) / 1000, UTC),
+                    self._stamped_from + self._n,
                 )
             )
         return result

@@ -223,7 +223,7 @@ MOMENT = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 def timed(value: object, offset: int = 7) -> KafkaRecord:
     raw = None if value is None else json.dumps(value).encode()
-    return KafkaRecord("topic", 2, offset, b"5", raw, (SEQ,), MOMENT)
+    return KafkaRecord("topic", 2, offset, b"5", raw, (SEQ,), int(MOMENT.timestamp() * 1000))
 
 
 def test_history_modes_and_metadata_columns() -> None:
