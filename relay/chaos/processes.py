@@ -18,7 +18,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from relay.devenv.processes import process_cmdline, process_stat, process_state
+from relay.devenv.processes import (
+    process_cmdline,
+    process_start_time,
+    process_stat,
+    process_state,
+)
 from relay.runtime.clock import Clock
 
 log = logging.getLogger(__name__)
@@ -79,7 +84,11 @@ class ManagedProcess:
         return self._popen.poll() is None
 
     def signal_group(self, sig: signal.Signals) -> bool:
-        """Send ``sig`` to the whole process group; False when it is gone."""
+        """Send ``sig`` to the whole process group; False when it is gone. Once the
+        process has been waited for, its pid (its group's id) may be another process's,
+        so nothing is sent then."""
+        if self._popen.poll() is not None:
+            return False
         try:
             os.killpg(self.pid, sig)
         except ProcessLookupError:
@@ -89,11 +98,9 @@ class ManagedProcess:
     def kill_tree(self) -> None:
         """SIGKILL the process, its group and every descendant (PySpark's daemon moves
         itself and its workers into a process group of their own)."""
-        family = [self.pid, *descendants(self.pid)]
+        family = identified(descendants(self.pid))
         self.signal_group(signal.SIGKILL)
-        for pid in family:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        kill_identified(family)
 
     def wait(self, timeout: float) -> int | None:
         try:
@@ -103,14 +110,12 @@ class ManagedProcess:
 
     def stop(self, timeout: float) -> int:
         """SIGTERM (and SIGCONT, in case it is paused); SIGKILL after ``timeout``."""
-        family = descendants(self.pid)
+        family = identified(descendants(self.pid))
         self.signal_group(signal.SIGTERM)
         self.signal_group(signal.SIGCONT)
         code = self.wait(timeout)
         self.kill_tree()  # whatever is left, e.g. a Spark JVM or Python workers
-        for pid in family:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        kill_identified(family)
         return code if code is not None else self._popen.wait()
 
     def output(self) -> str:
@@ -300,6 +305,23 @@ def descendants(pid: int, tree: Mapping[int, list[int]] | None = None) -> list[i
         found.append(current)
         queue.extend(children.get(current, ()))
     return found
+
+
+def identified(pids: Sequence[int]) -> list[tuple[int, str]]:
+    """``pids`` with their start times, for :func:`kill_identified` later."""
+    found = [(pid, process_start_time(pid)) for pid in pids]
+    return [(pid, started) for pid, started in found if started is not None]
+
+
+def kill_identified(
+    family: Sequence[tuple[int, str]], kill: Callable[[int, int], None] = os.kill
+) -> None:
+    """SIGKILL each process of ``family`` (:func:`identified`) that is still the one
+    noted: a pid whose process ended may have been given to another process since."""
+    for pid, started in family:
+        if process_start_time(pid) == started:
+            with contextlib.suppress(ProcessLookupError):
+                kill(pid, signal.SIGKILL)
 
 
 def command_line(pid: int) -> str:

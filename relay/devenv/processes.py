@@ -87,6 +87,14 @@ def process_stat(pid: int) -> list[str] | None:
     return stat.rsplit(")", 1)[-1].split()
 
 
+def process_start_time(pid: int) -> str | None:
+    """When ``pid`` started (clock ticks since boot, ``/proc/<pid>/stat`` field 22), or
+    None where it is gone: with the pid, what tells a process from a later one that was
+    given the same pid (pid_max can be as low as 32768)."""
+    fields = process_stat(pid)
+    return fields[19] if fields and len(fields) > 19 else None
+
+
 def process_state(pid: int) -> str | None:
     """The state letter of ``pid`` in /proc (R, S, T, Z, ...), or None where unknown."""
     fields = process_stat(pid)
