@@ -54,7 +54,7 @@ def drain_partition(settings: RelaySettings, partition: int) -> DrainResult:
         partition,
         database,
         retry=retry,
-        after_fence=partial(refuse_beside_members, settings, "the outbox Spark job"),
+        after_fence=partial(refuse_beside_members, settings, "the outbox Spark job", fenced=True),
     )
     try:
         return relay.drain()
@@ -266,7 +266,9 @@ class ProcessRelay:
             clock=self._clock,
             observer=self.metrics,
             transactions=transactions,
-            after_fence=None if alone is None else partial(refuse_beside_members, settings, alone),
+            after_fence=None
+            if alone is None
+            else partial(refuse_beside_members, settings, alone, fenced=True),
         )
         try:
             if once:

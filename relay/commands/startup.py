@@ -63,7 +63,7 @@ def check_environment(settings: RelaySettings, database: Database) -> int:
     return partitions
 
 
-def refuse_beside_members(settings: RelaySettings, what: str) -> None:
+def refuse_beside_members(settings: RelaySettings, what: str, *, fenced: bool = False) -> None:
     """A run of its own (``what``: ``relay run --once``, the Spark job, ...) fences the
     `relay run` processes that share the partitions through their members group: they
     stall and log errors while it runs. Refused while the group has members, unless
@@ -73,7 +73,9 @@ def refuse_beside_members(settings: RelaySettings, what: str) -> None:
     and no transactional id of theirs can be fenced by a run of its own: beside them it
     is refused even with ``--fence-members``. This is checked again after the run's
     producers fenced their partitions (a member that joined in between is seen then,
-    one that joins later fences the run's producers: I3)."""
+    one that joins later fences the run's producers: I3). ``fenced``: that second check,
+    of the positions group only (members of the members group use the run's own
+    transactional ids: they fence each other)."""
     try:
         sharing = active_members(settings, settings.group)
     except KafkaError as exc:
@@ -89,7 +91,7 @@ def refuse_beside_members(settings: RelaySettings, what: str) -> None:
             "beside them would publish rows twice, and cannot fence them: stop them first "
             "(a killed one counts until its session times out)"
         )
-    if settings.fence_members:
+    if settings.fence_members or fenced:
         return
     refuse_beside(
         lambda: active_members(settings),

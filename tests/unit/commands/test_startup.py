@@ -72,3 +72,15 @@ def test_refused_beside_process_transaction_members_even_with_fence_members(
             "relay run --once: 1 member of group shop-positions (`relay run "
             "--process-transactions`) publishes the relay partitions"
         )
+
+
+def test_the_check_after_a_fence_looks_at_process_transaction_members_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After its producers fenced their partitions, a run checks again for members that
+    its fence cannot stop; members of the members group share its transactional ids."""
+    monkeypatch.setattr(startup, "active_members", _members(2, sharing=0))
+    startup.refuse_beside_members(load_settings(environ=ENV), "relay run --once", fenced=True)
+    monkeypatch.setattr(startup, "active_members", _members(0, sharing=2))
+    with pytest.raises(ConfigurationError, match="2 members of group shop-positions "):
+        startup.refuse_beside_members(load_settings(environ=ENV), "relay run --once", fenced=True)
