@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 _librdkafka_log = logging.getLogger(LIBRDKAFKA_LOGGER)
 
 _METADATA_MAGIC = b"CGMDv2:"
+_OUTCOMES_KEPT = 1000  # transactions whose outcome a late waiter can still read
 
 
 def member_generation(metadata: object) -> int:
@@ -172,17 +173,21 @@ class MemberTransactions:
             if position is None and self._doomed is None:
                 self._doomed = f"relay partition {partition} failed its part"
             if self._joined <= self._arrived.keys():
-                self._outcomes = {txn: self._end()}
-                self._open = False
-                self._cond.notify_all()
+                self._ended(txn)
             elif not self._cond.wait_for(lambda: txn in self._outcomes, self._wait_s):
                 # A partition's thread never handed in (it stopped on an error of its own).
                 missing = sorted(self._joined - self._arrived.keys())
                 self._doomed = f"relay partitions {missing} never finished their part"
-                self._outcomes = {txn: self._end()}
-                self._open = False
-                self._cond.notify_all()
+                self._ended(txn)
             return self._outcomes[txn]
+
+    def _ended(self, txn: int) -> None:
+        """End open transaction ``txn`` and keep its outcome until every partition of it
+        has read it (a waiter may wake only after later transactions ended)."""
+        self._outcomes[txn] = self._end()
+        self._outcomes.pop(txn - _OUTCOMES_KEPT, None)
+        self._open = False
+        self._cond.notify_all()
 
     def _end(self) -> Exception | None:
         """Commit the open transaction with every position, or abort it."""
