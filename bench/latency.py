@@ -64,8 +64,16 @@ key = {{ pattern = '^ev-(?P<id>[0-9]+)$' }}
 version = {{ column = "source_seq", source = "header:outbox-seq" }}
 columns = {{ ts = "ts" }}
 """
-VARIANTS = {"defaults": RELAY_PARTITIONS, "2_relay_partitions": 2}
-"""Variant name -> relay partitions (the relay's and the mirror's settings are defaults)."""
+VARIANTS = {
+    "defaults": RELAY_PARTITIONS,
+    "2_relay_partitions": 2,
+    "process_transactions": RELAY_PARTITIONS,
+}
+"""Variant name -> relay partitions (the relay's and the mirror's settings are defaults,
+but for those of VARIANT_ENV)."""
+VARIANT_ENV = {"process_transactions": {"RELAY_PROCESS_TRANSACTIONS": "true"}}
+"""Variant name -> the relay's settings that differ (`relay run --process-transactions`:
+one Kafka transaction per process and cycle)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +82,8 @@ class Plan:
     variants: tuple[str, ...]
 
 
-FULL = Plan(60, ("defaults", "2_relay_partitions"))
-QUICK = Plan(10, ("defaults", "2_relay_partitions"))
+FULL = Plan(60, ("defaults", "2_relay_partitions", "process_transactions"))
+QUICK = Plan(10, ("defaults", "2_relay_partitions", "process_transactions"))
 
 
 class Receiver(threading.Thread):
@@ -84,6 +92,11 @@ class Receiver(threading.Thread):
     def __init__(self, bootstrap: str, topic: str) -> None:
         super().__init__(daemon=True)
         self.latencies: dict[int, float] = {}
+        # Commit markers seen (a gap in a partition's offsets that read_committed skips:
+        # one per Kafka transaction that wrote to the partition) from events >= MEASURE_FROM.
+        self.markers = 0
+        self.measure_from = FIRST_MEASURED
+        self._last: dict[int, int] = {}
         self.stop = threading.Event()
         self.ready = threading.Event()
         self._consumer = Consumer(
@@ -111,6 +124,11 @@ class Receiver(threading.Thread):
                         now = time.time()
                         event = json.loads(raw)
                         self.latencies[int(event["n"])] = now - float(event["ts"])
+                        part, offset = message.partition() or 0, message.offset() or 0
+                        last = self._last.get(part)
+                        if last is not None and int(event["n"]) >= self.measure_from:
+                            self.markers += offset - last - 1
+                        self._last[part] = offset
         finally:
             self._consumer.close()
 
@@ -189,6 +207,7 @@ def measure(admin_url: str, bootstrap: str, seconds: float, variant: str) -> dic
                 f"bench-{rid}",
                 RELAY_MIRROR_CONFIG=str(mapping),
                 RELAY_MIRROR_GROUP=f"bench-{rid}",
+                **VARIANT_ENV.get(variant, {}),
             )
             procs: list[subprocess.Popen[bytes]] = []
             try:  # the processes stop before their database is dropped, on errors too
@@ -230,6 +249,7 @@ def measure(admin_url: str, bootstrap: str, seconds: float, variant: str) -> dic
         "achieved_rate": round(count / took),
         "relay_partitions": partitions,
         "kafka": {"received": len(kafka), **_summary(kafka)},
+        "commit_markers_per_s": round(receiver.markers / took, 1),
         "mirror": {"applied": len(mirrored), **_summary(mirrored)},
     }
     log(f"latency {variant}: {json.dumps(result)}")

@@ -23,6 +23,7 @@ from relay.commands.startup import (
     select_partitions,
 )
 from relay.errors import ProducerFencedError, RetriableError
+from relay.kafka.member_transactions import MemberTransactions
 from relay.kafka.membership import KafkaMembership
 from relay.postgres.engine import Database, open_database
 from relay.postgres.outbox_partitions import committed_tops, relay_partitions
@@ -47,7 +48,14 @@ def drain_partition(settings: RelaySettings, partition: int) -> DrainResult:
     )
     retry = RetryPolicy(max_attempts=settings.retry_attempts)
     settings, owner = for_database(settings, database)
-    relay = build_partition_relay(settings, owner, partition, database, retry=retry)
+    relay = build_partition_relay(
+        settings,
+        owner,
+        partition,
+        database,
+        retry=retry,
+        after_fence=partial(refuse_beside_members, settings, "the outbox Spark job", fenced=True),
+    )
     try:
         return relay.drain()
     finally:
@@ -71,6 +79,7 @@ class ProcessRelay:
     ) -> None:
         self._settings = settings
         self._requested = partitions
+        self._alone = ""  # a run of its own: what it is called in a refusal
         self._clock = clock or SystemClock()
         self.stop_event = threading.Event()
         self.metrics = metrics or OutboxMetrics()
@@ -99,9 +108,8 @@ class ProcessRelay:
             partitions = select_partitions(self._requested, count)
             settings, owner = for_database(self._settings, database)
             if not shared:
-                refuse_beside_members(
-                    settings, "relay run --once" if once else "relay run --partitions"
-                )
+                self._alone = "relay run --once" if once else "relay run --partitions"
+                refuse_beside_members(settings, self._alone)
             if shared:
                 log.info(
                     "sharing the %d relay partitions with the other members of group %s",
@@ -142,15 +150,18 @@ class ProcessRelay:
     ) -> RunSummary[DrainResult] | None:
         watch = _commit_watch(settings, database, range(count))
         session_s = settings.member_session_timeout_ms / 1000
+        transactions: MemberTransactions | None = None
         workers = PartitionWorkers(
-            partial(
-                self._run_one,
+            lambda partition, stop: self._run_one(
+                partition,
+                stop,
                 settings=settings,
                 owner=owner,
                 database=database,
                 once=False,
                 retry=RetryPolicy(),
                 watch=watch,
+                transactions=transactions,
             ),
             clock=self._clock,
             retake_after_s=2 * session_s,
@@ -158,9 +169,21 @@ class ProcessRelay:
             released=self.metrics.released,
             wake=watch.wake_all,
         )
-        membership = KafkaMembership(
-            settings, count, assigned=workers.assigned, revoked=workers.revoked
-        )
+        membership: KafkaMembership | MemberTransactions
+        if settings.process_transactions:
+            membership = transactions = MemberTransactions(
+                settings, count, assigned=workers.assigned, revoked=workers.revoked
+            )
+            log.info(
+                "one Kafka transaction per cycle for every relay partition held here "
+                "(transactional.id %s), fenced by group %s's generation",
+                transactions.transactional_id,
+                settings.group,
+            )
+        else:
+            membership = KafkaMembership(
+                settings, count, assigned=workers.assigned, revoked=workers.revoked
+            )
         this_round = threading.Event()  # set when the process stops or the count changed
         watcher = threading.Thread(
             target=watch.run, args=(this_round,), name="relay-watch", daemon=True
@@ -231,7 +254,9 @@ class ProcessRelay:
         once: bool,
         retry: RetryPolicy,
         watch: CommitWatch,
+        transactions: MemberTransactions | None = None,
     ) -> DrainResult:
+        alone = None if transactions is not None or not self._alone else self._alone
         relay = build_partition_relay(
             settings,
             owner,
@@ -240,6 +265,10 @@ class ProcessRelay:
             retry=retry,
             clock=self._clock,
             observer=self.metrics,
+            transactions=transactions,
+            after_fence=None
+            if alone is None
+            else partial(refuse_beside_members, settings, alone, fenced=True),
         )
         try:
             if once:

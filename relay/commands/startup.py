@@ -5,12 +5,14 @@ partition's :class:`~relay.publishing.partition_relay.PartitionRelay`."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
 from relay.commands.shared_run import refuse_beside
 from relay.errors import ConfigurationError, KafkaError
 from relay.kafka.admin import admin_client, check_broker, ensure_positions_topic, topic_partitions
+from relay.kafka.member_publisher import MemberPartitionPublisher
+from relay.kafka.member_transactions import MemberTransactions
 from relay.kafka.membership import active_members
 from relay.kafka.publisher import KafkaTransactionalPublisher
 from relay.postgres.engine import Database
@@ -61,12 +63,35 @@ def check_environment(settings: RelaySettings, database: Database) -> int:
     return partitions
 
 
-def refuse_beside_members(settings: RelaySettings, what: str) -> None:
+def refuse_beside_members(settings: RelaySettings, what: str, *, fenced: bool = False) -> None:
     """A run of its own (``what``: ``relay run --once``, the Spark job, ...) fences the
     `relay run` processes that share the partitions through their members group: they
     stall and log errors while it runs. Refused while the group has members, unless
-    ``--fence-members``. ``settings`` as :func:`for_database` returns them."""
-    if settings.fence_members:
+    ``--fence-members``. ``settings`` as :func:`for_database` returns them.
+
+    Processes with ``--process-transactions`` are members of the positions group itself,
+    and no transactional id of theirs can be fenced by a run of its own: beside them it
+    is refused even with ``--fence-members``. This is checked again after the run's
+    producers fenced their partitions (a member that joined in between is seen then,
+    one that joins later fences the run's producers: I3). ``fenced``: that second check,
+    of the positions group only (members of the members group use the run's own
+    transactional ids: they fence each other)."""
+    try:
+        sharing = active_members(settings, settings.group)
+    except KafkaError as exc:
+        if exc.code != "GROUP_AUTHORIZATION_FAILED":
+            raise
+        sharing = 0
+    if sharing:
+        running = "1 member" if sharing == 1 else f"{sharing} members"
+        verb = "publishes" if sharing == 1 else "publish"
+        raise ConfigurationError(
+            f"{what}: {running} of group {settings.group} (`relay run "
+            f"--process-transactions`) {verb} the relay partitions; a run of its own "
+            "beside them would publish rows twice, and cannot fence them: stop them first "
+            "(a killed one counts until its session times out)"
+        )
+    if settings.fence_members or fenced:
         return
     refuse_beside(
         lambda: active_members(settings),
@@ -109,9 +134,17 @@ def build_partition_relay(
     retry: RetryPolicy | None = None,
     clock: Clock | None = None,
     observer: RelayObserver | None = None,
+    transactions: MemberTransactions | None = None,
+    after_fence: Callable[[], None] | None = None,
 ) -> PartitionRelay:
-    """``settings`` and ``owner`` as :func:`for_database` returns them."""
-    publisher: TransactionalPublisher = KafkaTransactionalPublisher(settings, partition, owner)
+    """``settings`` and ``owner`` as :func:`for_database` returns them; ``transactions``:
+    the process's shared transaction (``--process-transactions``); ``after_fence``: run
+    after each fence (the check of a run of its own, :func:`refuse_beside_members`)."""
+    publisher: TransactionalPublisher = (
+        KafkaTransactionalPublisher(settings, partition, owner)
+        if transactions is None
+        else MemberPartitionPublisher(settings, partition, owner, transactions)
+    )
     if settings.cloudevents_topics:
         publisher = CloudEventsPublisher(publisher, cloudevents(settings, database))
     if tracing.available():
@@ -132,6 +165,7 @@ def build_partition_relay(
         observer=observer,
         heartbeat_topics=settings.heartbeat_topics,
         heartbeat_interval_s=settings.heartbeat_interval_s,
+        after_fence=after_fence,
     )
 
 

@@ -57,9 +57,13 @@ class Membership(Generic[K]):
         metadata_refresh_ms: int | None = None,
     ) -> None:
         self._assigned, self._revoked, self._paused = assigned, revoked, paused
+        self._group = group
         config = {
             **kafka.client_config(),
             "group.id": group,
+            # With --process-transactions the group is the positions group, whose
+            # committed offsets are the positions: read only once committed.
+            "isolation.level": "read_committed",
             "partition.assignment.strategy": "cooperative-sticky",
             "session.timeout.ms": session_ms,
             "heartbeat.interval.ms": max(100, session_ms // 5),
@@ -93,16 +97,25 @@ class Membership(Generic[K]):
         try:
             msg = self._consumer.poll(timeout)
         except KafkaException as exc:
-            raise translate(exc, "polling the members group") from None
+            raise translate(exc, f"polling group {self._group}") from None
         if msg is not None and msg.error() is not None:
-            log.debug("members group: %s", msg.error())
+            log.debug("group %s: %s", self._group, msg.error())
+
+    def group_metadata(self) -> object:
+        """The consumer's group metadata now (member id and generation), for
+        ``send_offsets_to_transaction``; ask it on the polling thread only (elsewhere it
+        blocks while a revoke callback runs)."""
+        try:
+            return self._consumer.consumer_group_metadata()
+        except KafkaException as exc:
+            raise translate(exc, f"reading group {self._group}'s metadata") from None
 
     def close(self) -> None:
         """Leave the group, so that the others take the partitions over at once."""
         try:
             self._consumer.close()
         except KafkaException as exc:
-            log.debug("leaving the members group: %s", exc)
+            log.debug("leaving group %s: %s", self._group, exc)
 
     def _units(self, partitions: Sequence[TopicPartition]) -> list[K]:
         raise NotImplementedError
@@ -145,13 +158,17 @@ class KafkaMembership(Membership[int]):
         *,
         assigned: Partitions,
         revoked: Partitions,
+        group: str | None = None,
     ) -> None:
+        """``group``: the group to join (default: the members group; the positions group
+        with --process-transactions, :mod:`relay.kafka.member_transactions`)."""
         super().__init__(
             settings.kafka,
-            settings.members_group,
+            group or settings.members_group,
             settings.member_session_timeout_ms,
             assigned=assigned,
             revoked=revoked,
+            paused=True,  # the positions topic: only its committed offsets matter
         )
         self._topic = settings.positions_topic
         self._count = relay_partitions
@@ -165,10 +182,11 @@ class KafkaMembership(Membership[int]):
         return sorted(tp.partition for tp in partitions if tp.partition < self._count)
 
 
-def active_members(settings: RelaySettings) -> int:
-    """How many `relay run` processes are members of the members group now (a process
+def active_members(settings: RelaySettings, group: str | None = None) -> int:
+    """How many `relay run` processes are members of the members group (or ``group``: the
+    positions group, joined by processes with --process-transactions) now (a process
     that died stays a member until its session times out)."""
     admin = admin_client(settings.kafka)
     return group_members(
-        admin, settings.members_group, settings.kafka.request_timeout_s, "Kafka cluster"
+        admin, group or settings.members_group, settings.kafka.request_timeout_s, "Kafka cluster"
     )

@@ -59,8 +59,30 @@ def commit_with_offset(
     """Add ``offset`` (for ``group``'s consumer group) to the open transaction and commit
     it; a commit that fails retriably without needing an abort is tried again, up to
     COMMIT_ATTEMPTS times, after which its outcome is unknown (AmbiguousCommitError)."""
+    commit_with_offsets(
+        producer,
+        [offset],
+        group.consumer_group_metadata(),
+        timeout=timeout,
+        commit_error=commit_error,
+        where=where,
+    )
+
+
+def commit_with_offsets(
+    producer: Producer,
+    offsets: list[TopicPartition],
+    group_metadata: object,
+    *,
+    timeout: float,
+    commit_error: CommitError,
+    where: str,
+) -> None:
+    """:func:`commit_with_offset` for several offsets of the group ``group_metadata``
+    describes (``consumer_group_metadata()``: a member's carries its generation, which the
+    broker checks)."""
     try:
-        producer.send_offsets_to_transaction([offset], group.consumer_group_metadata(), timeout)
+        producer.send_offsets_to_transaction(offsets, group_metadata, timeout)
     except KafkaException as exc:
         raise commit_error(exc, "send_offsets_to_transaction") from None
     for attempt in range(1, COMMIT_ATTEMPTS + 1):

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from relay.errors import (
     AmbiguousCommitError,
@@ -92,6 +92,7 @@ class PartitionRelay:
         heartbeat_topics: Sequence[str] = (),
         heartbeat_interval_s: float = DEFAULT_INTERVAL_S,
         missing_topic_wait_s: float = MISSING_TOPIC_WAIT_S,
+        after_fence: Callable[[], None] | None = None,
     ) -> None:
         self.partition = partition
         self._source = source
@@ -106,6 +107,7 @@ class PartitionRelay:
         self._clock = clock or SystemClock()
         self._failpoints = failpoints or NO_FAILPOINTS
         self._observer = observer or NoObserver()
+        self._after_fence = after_fence  # e.g. no `relay run` member beside a --once run
         self._position: int | None = None
         self._committed_at = 0.0  # clock time of the last commit of the position
         self._unsettled = False  # a transaction failed: restart before the next batch
@@ -131,6 +133,8 @@ class PartitionRelay:
         another instance overtook, and be refused for offsets that were never lost."""
         floor = self._source.published_floor(self.partition)
         committed = self._publisher.fence()
+        if self._after_fence is not None:
+            self._after_fence()
         position = checked_position(
             self.partition,
             committed,

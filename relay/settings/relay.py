@@ -179,6 +179,17 @@ FENCE_MEMBERS = Setting(
     "and stall and log errors until this run ends); refused otherwise",
     const=True,
 )
+PROCESS_TRANSACTIONS = Setting(
+    "process_transactions",
+    "RELAY_PROCESS_TRANSACTIONS",
+    "--process-transactions",
+    boolean,
+    False,
+    "`relay run` without --partitions: one Kafka transaction per process and cycle for "
+    "all the relay partitions it holds, fenced by the positions group's generation "
+    "(KIP-447), instead of one per relay partition",
+    const=True,
+)
 CLOUDEVENTS_TOPICS = Setting(
     "cloudevents_topics",
     "RELAY_CLOUDEVENTS_TOPICS",
@@ -215,6 +226,7 @@ RELAY = (
     HEARTBEAT_INTERVAL,
     MISSING_TOPIC_WAIT,
     FENCE_MEMBERS,
+    PROCESS_TRANSACTIONS,
     CLOUDEVENTS_TOPICS,
     CLOUDEVENTS_SOURCE,
 )
@@ -242,6 +254,7 @@ class RelaySettings:
     heartbeat_interval_s: float = HEARTBEAT_INTERVAL.default
     missing_topic_wait_s: float = MISSING_TOPIC_WAIT.default
     fence_members: bool = FENCE_MEMBERS.default
+    process_transactions: bool = PROCESS_TRANSACTIONS.default
     cloudevents_topics: tuple[str, ...] = CLOUDEVENTS_TOPICS.default
     cloudevents_source: str | None = CLOUDEVENTS_SOURCE.default  # None: the database's URL
     metrics_port: int | None = METRICS_PORT.default  # None: no /metrics, /healthz, /readyz

@@ -55,10 +55,17 @@ def drained(env: RelayTestEnv) -> bool:
 
 
 @pytest.mark.long(25)
+@pytest.mark.parametrize(
+    "transactions", ["per-partition", "per-process"], ids=["partition-txn", "process-txn"]
+)
 def test_processes_share_the_partitions_and_take_over_a_dead_or_paused_ones(
-    relay_env: RelayTestEnv, topic: str, tmp_path: Path
+    relay_env: RelayTestEnv, topic: str, tmp_path: Path, transactions: str
 ) -> None:
+    """Also with --process-transactions: one transaction per process and cycle, the
+    processes members of the positions group, a paused one's commits refused for its
+    stale generation (KIP-447)."""
     env = relay_env
+    mode = {"RELAY_PROCESS_TRANSACTIONS": str(transactions == "per-process").lower()}
     migrate(env.database_url, _PARTITIONS)
     logs = [tmp_path / f"relay-{name}.log" for name in "abc"]
     members = [
@@ -68,6 +75,7 @@ def test_processes_share_the_partitions_and_take_over_a_dead_or_paused_ones(
             log=log,
             RELAY_MEMBER_SESSION_TIMEOUT_MS=str(_SESSION_MS),
             RELAY_LOG_SUMMARY_S="0.1",  # each member's summary of what it published
+            **mode,
         )
         for log in logs
     ]

@@ -19,8 +19,13 @@ ENV = {
 }
 
 
-def _members(answer: int | Exception) -> object:
-    def active_members(_settings: object) -> int:
+def _members(answer: int | Exception, sharing: int = 0) -> object:
+    """``answer`` for the members group; ``sharing`` for the positions group (members with
+    --process-transactions)."""
+
+    def active_members(_settings: object, group: str | None = None) -> int:
+        if group is not None:
+            return sharing
         if isinstance(answer, Exception):
             raise answer
         return answer
@@ -53,3 +58,29 @@ def test_a_group_it_may_not_describe_lets_the_run_go_on(
     monkeypatch.setattr(startup, "active_members", _members(other))
     with pytest.raises(KafkaError):
         startup.refuse_beside_members(load_settings(environ=ENV), "relay run --once")
+
+
+def test_refused_beside_process_transaction_members_even_with_fence_members(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Members with --process-transactions cannot be fenced by a run of its own."""
+    monkeypatch.setattr(startup, "active_members", _members(0, sharing=1))
+    for env in (ENV, {**ENV, "RELAY_FENCE_MEMBERS": "1"}):
+        with pytest.raises(ConfigurationError) as refused:
+            startup.refuse_beside_members(load_settings(environ=env), "relay run --once")
+        assert str(refused.value).startswith(
+            "relay run --once: 1 member of group shop-positions (`relay run "
+            "--process-transactions`) publishes the relay partitions"
+        )
+
+
+def test_the_check_after_a_fence_looks_at_process_transaction_members_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After its producers fenced their partitions, a run checks again for members that
+    its fence cannot stop; members of the members group share its transactional ids."""
+    monkeypatch.setattr(startup, "active_members", _members(2, sharing=0))
+    startup.refuse_beside_members(load_settings(environ=ENV), "relay run --once", fenced=True)
+    monkeypatch.setattr(startup, "active_members", _members(0, sharing=2))
+    with pytest.raises(ConfigurationError, match="2 members of group shop-positions "):
+        startup.refuse_beside_members(load_settings(environ=ENV), "relay run --once", fenced=True)

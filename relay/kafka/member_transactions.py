@@ -1,0 +1,261 @@
+"""One Kafka transaction per `relay run` process and cycle (``--process-transactions``).
+
+The process joins the positions group itself (cooperative-sticky, subscribed to the
+positions topic, whose partition ``p`` stands for relay partition ``p``), and one
+transactional producer (``transactional.id`` ``<prefix>-member-<random>``) carries the
+records of every relay partition it holds. The relay partitions' threads share its
+transactions; the protocol, top to bottom::
+
+    begin(p)      the first partition with rows opens the transaction, others join it
+    send          each partition produces its rows into the open transaction
+    finish(p, o)  each partition hands in its new position o (None: it failed, abort);
+                  the last one of the transaction to arrive ends it for all:
+                    the consumer's group metadata (member id and generation; a process
+                    that is no longer a member has generation -1: abort, never commit)
+                    -> send_offsets_to_transaction(every position, metadata)
+                    -> commit_transaction (or abort_transaction after any failure)
+                  and every partition of the transaction gets the same outcome
+
+The broker refuses the positions of a member whose generation is stale (it was silent
+past the session timeout and the group gave its partitions to another member:
+ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID), so a zombie's whole transaction is aborted (I3).
+A partition being revoked finishes its batch (its transaction commits or aborts) before
+the revoke callback returns. A member that takes a partition over reads its position
+with a read_committed consumer, which waits for a pending transactional offset commit.
+Before that, it initialises the partition's own transactional id ``<prefix>-<p>`` once,
+which fences a `--once` run or Spark task that started before it joined.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+
+from confluent_kafka import KafkaException, Producer, TopicPartition
+
+from relay.errors import AmbiguousCommitError, ConfigurationError, RetriableError
+from relay.kafka.errors import abort_failure, kafka_reason, translate, translate_transactional
+from relay.kafka.membership import KafkaMembership, Partitions
+from relay.kafka.transactions import PRODUCER_DEFAULTS, commit_with_offsets
+from relay.runtime.logs import LIBRDKAFKA_LOGGER
+from relay.settings.relay import RelaySettings
+
+log = logging.getLogger(__name__)
+_librdkafka_log = logging.getLogger(LIBRDKAFKA_LOGGER)
+
+_METADATA_MAGIC = b"CGMDv2:"
+_OUTCOMES_KEPT = 1000  # transactions whose outcome a late waiter can still read
+
+
+def member_generation(metadata: object) -> int:
+    """The generation in librdkafka's serialized consumer group metadata (``CGMDv2:``,
+    then the generation as an int32 in the host's byte order, little-endian here); -1:
+    not a member of the group."""
+    data = bytes(metadata) if isinstance(metadata, bytes | bytearray) else b""
+    end = len(_METADATA_MAGIC) + 4
+    if not data.startswith(_METADATA_MAGIC) or len(data) < end:
+        return -1
+    return int.from_bytes(data[len(_METADATA_MAGIC) : end], "little", signed=True)
+
+
+class StaleMemberError(RetriableError):
+    """This process is no longer a member of the positions group: its transaction was
+    aborted; the group hands its relay partitions on (or back) when it polls."""
+
+
+class MemberTransactions:
+    """This process's membership of the positions group and its one transactional
+    producer; :meth:`poll` runs ``assigned`` and ``revoked`` on the polling thread."""
+
+    def __init__(
+        self,
+        settings: RelaySettings,
+        relay_partitions: int,
+        *,
+        assigned: Partitions,
+        revoked: Partitions,
+    ) -> None:
+        self._settings = settings
+        self._timeout = max(settings.kafka.request_timeout_s, 30.0)
+        self.transactional_id = f"{settings.prefix}-member-{uuid.uuid4().hex[:12]}"
+        self._membership = KafkaMembership(
+            settings, relay_partitions, assigned=assigned, revoked=revoked, group=settings.group
+        )
+        try:
+            self.producer = Producer(self._producer_config(), logger=_librdkafka_log)
+        except KafkaException as exc:
+            raise ConfigurationError(f"Kafka configuration rejected: {kafka_reason(exc)}") from None
+        self._wait_s = settings.kafka.transaction_timeout_ms / 1000
+        self._cond = threading.Condition()
+        self._open = False
+        self._txn = 0  # the number of the open (or last) transaction
+        self._joined: set[int] = set()
+        self._arrived: dict[int, TopicPartition | None] = {}
+        self._doomed: str | None = None
+        self._outcomes: dict[int, Exception | None] = {}
+        self._rebuild = False
+        self._metadata: object = b""  # the consumer's group metadata after the last poll
+
+    def _producer_config(self) -> dict[str, str | int | float | bool]:
+        return {
+            **PRODUCER_DEFAULTS,
+            **self._settings.kafka.client_config(),
+            "delivery.report.only.error": True,
+            "transactional.id": self.transactional_id,
+            "enable.idempotence": True,
+            "acks": "all",
+            "partitioner": "murmur2_random",
+            "transaction.timeout.ms": self._settings.kafka.transaction_timeout_ms,
+        }
+
+    # The membership: relay.kafka.membership.KafkaMembership, in the positions group.
+
+    def join(self) -> None:
+        try:
+            self.producer.init_transactions(self._timeout)
+        except KafkaException as exc:
+            raise translate(exc, "relay process: init_transactions") from None
+        self._membership.join()
+
+    def poll(self, timeout: float) -> None:
+        self._membership.poll(timeout)
+        metadata = self._membership.group_metadata()
+        with self._cond:
+            self._metadata = metadata
+
+    def close(self) -> None:
+        """Leave the group (after the partitions' threads ended: no transaction is open)."""
+        self._membership.close()
+        try:
+            self.producer.flush(0)
+        except KafkaException as exc:
+            log.debug("relay process: closing: %s", exc)
+
+    def fence_once_runs(self, partition: int) -> None:
+        """Initialise relay partition ``partition``'s own transactional id once: a `--once`
+        run or Spark task that uses it is fenced (and its open transaction aborted)."""
+        config = self._producer_config()
+        config["transactional.id"] = self._settings.transactional_id(partition)
+        producer = Producer(config, logger=_librdkafka_log)
+        try:
+            producer.init_transactions(self._timeout)
+        except KafkaException as exc:
+            raise translate(exc, "init_transactions", partition) from None
+        finally:
+            producer.flush(0)
+
+    # The shared transaction.
+
+    def begin(self, partition: int) -> None:
+        """Join the open transaction, or open one."""
+        with self._cond:
+            if self._rebuild:
+                self._rebuild_producer()
+            if not self._open:
+                try:
+                    self.producer.begin_transaction()
+                except KafkaException as exc:
+                    raise translate_transactional(exc, "relay process: begin_transaction") from None
+                self._open, self._txn = True, self._txn + 1
+                self._joined, self._arrived, self._doomed = set(), {}, None
+            self._joined.add(partition)
+
+    def finish(self, partition: int, position: TopicPartition | None) -> Exception | None:
+        """Hand in ``partition``'s new position (None: its part failed, the transaction
+        aborts) and wait for the transaction's end; its outcome: None when committed, else
+        the error (the same for every partition of the transaction)."""
+        with self._cond:
+            if not self._open or partition not in self._joined or partition in self._arrived:
+                return None  # not in the open transaction: nothing to end
+            txn = self._txn
+            self._arrived[partition] = position
+            if position is None and self._doomed is None:
+                self._doomed = f"relay partition {partition} failed its part"
+            if self._joined <= self._arrived.keys():
+                self._ended(txn)
+            elif not self._cond.wait_for(lambda: txn in self._outcomes, self._wait_s):
+                # A partition's thread never handed in (it stopped on an error of its own).
+                missing = sorted(self._joined - self._arrived.keys())
+                self._doomed = f"relay partitions {missing} never finished their part"
+                self._ended(txn)
+            return self._outcomes[txn]
+
+    def _ended(self, txn: int) -> None:
+        """End open transaction ``txn`` and keep its outcome until every partition of it
+        has read it (a waiter may wake only after later transactions ended)."""
+        self._outcomes[txn] = self._end()
+        self._outcomes.pop(txn - _OUTCOMES_KEPT, None)
+        self._open = False
+        self._cond.notify_all()
+
+    def _end(self) -> Exception | None:
+        """Commit the open transaction with every position, or abort it."""
+        if self._doomed is not None:
+            failed = RetriableError(f"relay process: transaction aborted: {self._doomed}")
+            return self._abort(failed)
+        # As of the last poll: asking the consumer from this thread blocks while the
+        # polling thread is in a revoke callback, which waits for this transaction.
+        metadata = self._metadata
+        generation = member_generation(metadata)
+        log.debug(
+            "relay process: ending transaction %d of relay partitions %s (generation %d)",
+            self._txn,
+            sorted(self._arrived),
+            generation,
+        )
+        if generation < 0:
+            return self._abort(
+                StaleMemberError(
+                    f"relay process: no longer a member of group {self._settings.group} "
+                    "(silent past the session timeout, or left): transaction aborted, the "
+                    "group hands its relay partitions on"
+                )
+            )
+        offsets = [tp for _, tp in sorted(self._arrived.items()) if tp is not None]
+        try:
+            commit_with_offsets(
+                self.producer,
+                offsets,
+                metadata,
+                timeout=self._timeout,
+                commit_error=lambda exc, doing: translate_transactional(
+                    exc, f"relay process (generation {generation}): {doing}"
+                ),
+                where="relay process",
+            )
+        except AmbiguousCommitError as exc:
+            self._rebuild_producer()
+            return exc
+        except RetriableError as exc:
+            return self._abort(exc)
+        except Exception as exc:  # fatal: every partition's thread stops the process
+            return exc
+        return None
+
+    def _abort(self, error: Exception) -> Exception:
+        try:
+            self.producer.abort_transaction(self._timeout)
+        except KafkaException as exc:
+            failure = abort_failure(exc, "relay process: abort_transaction")
+            if isinstance(failure, AmbiguousCommitError):
+                self._rebuild_producer()
+            return failure
+        return error
+
+    def _rebuild_producer(self) -> None:
+        """A new producer with the same transactional id, initialised: settles the
+        transaction in doubt on the broker before any partition reads its position."""
+        self._rebuild = True
+        try:
+            self.producer.purge()
+        except KafkaException as exc:
+            log.debug("relay process: purging the old producer: %s", exc)
+        self.producer = Producer(self._producer_config(), logger=_librdkafka_log)
+        try:
+            self.producer.init_transactions(self._timeout)
+        except KafkaException as exc:
+            log.warning("relay process: init_transactions after a commit in doubt: %s", exc)
+            return  # tried again at the next begin
+        self._rebuild = False
+        log.warning("relay process: transactional producer rebuilt after a commit in doubt")

@@ -1,0 +1,150 @@
+"""`relay run --process-transactions`: one Kafka transaction per process and cycle,
+fenced by the positions group's generation (KIP-447, I3).
+
+A member paused inside its transaction, whose partitions the group gave to another
+member meanwhile, has its commit refused when it resumes; a `--once` run beside a member
+is refused whichever starts first. The sharing of partitions, kill -9 and a pause past
+the session timeout: tests/integration/test_shared_partitions.py (process-txn).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from relay.devenv.waiting import wait_until
+from tests.integration.support import (
+    RelayTestEnv,
+    assert_exactly_once_in_order,
+    read_committed,
+    run_relay,
+    start_relay,
+)
+from tests.integration.writes import write_events
+
+_SESSION_MS = "6000"  # the broker's group.min.session.timeout.ms
+_PROCESS = {"RELAY_PROCESS_TRANSACTIONS": "true", "RELAY_MEMBER_SESSION_TIMEOUT_MS": _SESSION_MS}
+
+
+def _drained(env: RelayTestEnv) -> bool:
+    return env.sql("SELECT count(*) FROM outbox") == [(0,)]
+
+
+def _stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+@pytest.mark.long(40)
+def test_a_member_paused_in_its_transaction_cannot_commit_after_the_group_moved_on(
+    relay_env: RelayTestEnv, topic: str, tmp_path: Path
+) -> None:
+    """A pauses itself with its transaction open (records sent, positions not yet
+    committed); B takes every partition over after the session timeout and publishes the
+    same rows; A resumes and commits: the broker (or A itself, once librdkafka knows it
+    left) refuses the positions of a stale generation, so A's records are aborted and
+    every row is read exactly once."""
+    env = relay_env
+    paused = tmp_path / "paused"
+    a_log, b_log = tmp_path / "a.log", tmp_path / "b.log"
+    a = start_relay(
+        env, "run", log=a_log, RELAY_FAILPOINTS=f"before_commit=stop,once={paused}", **_PROCESS
+    )
+    b = None
+
+    def explain() -> str:
+        return "\n".join(
+            f"--- {p.name}\n{p.read_text()[-5000:]}" for p in (a_log, b_log) if p.exists()
+        )
+
+    try:
+        wait_until(lambda: "taking relay partitions [0, 1, 2, 3]" in a_log.read_text(), 60, "A")
+        ids = write_events(env.database_url, topic, 200)
+        wait_until(lambda: paused.exists() and _stopped(a.pid), 60, "A to pause", explain)
+        b = start_relay(env, "run", log=b_log, **_PROCESS)
+        wait_until(lambda: _drained(env), 90, "B to take over and publish", explain)
+        os.kill(a.pid, signal.SIGCONT)
+        wait_until(
+            lambda: (
+                "no longer a member" in a_log.read_text()
+                or "ILLEGAL_GENERATION" in a_log.read_text()
+                or "UNKNOWN_MEMBER_ID" in a_log.read_text()
+            ),
+            60,
+            "A's commit to be refused",
+            explain,
+        )
+        ids |= write_events(env.database_url, topic, 200)
+        wait_until(lambda: _drained(env), 90, "the members to publish after the resume", explain)
+    finally:
+        for member in (a, b):
+            if member is not None and member.poll() is None:
+                os.kill(member.pid, signal.SIGCONT)
+                member.terminate()
+                member.wait(90)
+    assert_exactly_once_in_order(read_committed(env.bootstrap_servers, topic), ids)
+
+
+def test_a_once_run_beside_a_process_member_is_refused_even_with_fence_members(
+    relay_env: RelayTestEnv, topic: str, tmp_path: Path
+) -> None:
+    """The member first: --once refuses at start-up (a member's transactions cannot be
+    fenced by a run of its own), with or without --fence-members; nothing is published
+    twice."""
+    env = relay_env
+    log = tmp_path / "member.log"
+    member = start_relay(env, "run", log=log, **_PROCESS)
+    try:
+        wait_until(lambda: "taking relay partitions [" in log.read_text(), 60, "a member")
+        ids = write_events(env.database_url, topic, 50)
+        for extra in ({}, {"RELAY_FENCE_MEMBERS": "true"}):
+            refused = run_relay(env, "run", "--once", timeout=60, **extra)
+            assert refused.returncode == 2, refused.stderr
+            last = refused.stderr.strip().splitlines()[-1]
+            assert f"1 member of group {env.prefix}-positions" in last, last
+            assert "--process-transactions" in last, last
+        wait_until(lambda: _drained(env), 60, "the member to publish", log.read_text)
+    finally:
+        member.terminate()
+        member.wait(60)
+    assert member.returncode == 0, log.read_text()
+    assert_exactly_once_in_order(read_committed(env.bootstrap_servers, topic), ids)
+
+
+@pytest.mark.long(30)
+def test_a_member_that_joins_while_a_once_run_publishes_fences_it(
+    relay_env: RelayTestEnv, topic: str, tmp_path: Path
+) -> None:
+    """--once first, holding a transaction open; a member joins and takes the partitions:
+    it initialises each partition's own transactional id, which aborts --once's
+    transaction and fences it. --once stops (fenced, or refused when it starts a
+    partition again), the member publishes, every row exactly once."""
+    env = relay_env
+    held = tmp_path / "held"
+    ids = write_events(env.database_url, topic, 200)
+    once_log, log = tmp_path / "once.log", tmp_path / "member.log"
+    once = start_relay(
+        env, "run", "--once", log=once_log, RELAY_FAILPOINTS=f"after_produce=hold,once={held}"
+    )
+    member = None
+    try:
+        wait_until(held.exists, 60, "--once to hold a transaction open", once_log.read_text)
+        member = start_relay(env, "run", log=log, **_PROCESS)
+        wait_until(lambda: "taking relay partitions [0, 1, 2, 3]" in log.read_text(), 60, "member")
+        wait_until(lambda: _drained(env), 90, "the member to publish", log.read_text)
+        Path(f"{held}.release").touch()
+        code = once.wait(90)
+        assert code != 0, once_log.read_text()
+        assert "fenced" in once_log.read_text() or "--process-transactions" in once_log.read_text()
+        ids |= write_events(env.database_url, topic, 50)
+        wait_until(lambda: _drained(env), 60, "the member to go on", log.read_text)
+    finally:
+        for process in (once, member):
+            if process is not None and process.poll() is None:
+                process.terminate()
+                process.wait(60)
+    assert "ERROR" not in log.read_text(), log.read_text()
+    assert_exactly_once_in_order(read_committed(env.bootstrap_servers, topic), ids)

@@ -1,0 +1,126 @@
+"""One transaction per process and cycle (--process-transactions): the generation its
+positions are committed with, and how the partitions' threads share a transaction (the
+Kafka clients replaced by recorders)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from relay.kafka import member_transactions
+from relay.kafka.member_transactions import MemberTransactions, member_generation
+from relay.settings.relay import load_settings
+
+
+def test_the_generation_is_read_from_librdkafkas_group_metadata() -> None:
+    member = b"CGMDv2:" + (7).to_bytes(4, "little") + b"grp\x00member-1\x00\x01"
+    assert member_generation(member) == 7
+    assert member_generation(b"CGMDv2:" + (300).to_bytes(4, "little") + b"g\x00") == 300
+
+
+def test_a_consumer_outside_the_group_has_no_generation() -> None:
+    """Its metadata (member "", generation -1) would make the broker accept the positions
+    as a plain commit, without any member check: the process refuses to commit with it."""
+    consumer = Consumer({"group.id": "g", "bootstrap.servers": "127.0.0.1:1"})
+    try:
+        assert member_generation(consumer.consumer_group_metadata()) == -1
+    finally:
+        consumer.close()
+    assert member_generation(b"") == -1
+    assert member_generation(b"something else") == -1
+
+
+class _Producer:
+    """What MemberTransactions asks of its producer, recorded."""
+
+    def __init__(self, *_args: object, **_kwargs: object) -> None:
+        self.calls: list[str] = []
+
+    def init_transactions(self, *_args: object) -> None:
+        self.calls.append("init")
+
+    def begin_transaction(self) -> None:
+        self.calls.append("begin")
+
+    def send_offsets_to_transaction(self, offsets: list[object], *_args: object) -> None:
+        self.calls.append(f"offsets {len(offsets)}")
+
+    def commit_transaction(self, *_args: object) -> None:
+        self.calls.append("commit")
+
+    def abort_transaction(self, *_args: object) -> None:
+        self.calls.append("abort")
+
+
+class _Membership:
+    def __init__(self, *_args: object, **_kwargs: object) -> None:
+        pass
+
+    def group_metadata(self) -> bytes:
+        return b"CGMDv2:" + (3).to_bytes(4, "little") + b"g\x00m\x00\x01"
+
+    def poll(self, _timeout: float) -> None:
+        pass
+
+
+def _transactions(monkeypatch: pytest.MonkeyPatch) -> MemberTransactions:
+    monkeypatch.setattr(member_transactions, "Producer", _Producer)
+    monkeypatch.setattr(member_transactions, "KafkaMembership", _Membership)
+    settings = load_settings(
+        environ={
+            "RELAY_DATABASE_URL": "postgresql+psycopg://u:p@db/x",
+            "RELAY_KAFKA_BOOTSTRAP_SERVERS": "k:9092",
+            "RELAY_TRANSACTIONAL_ID_PREFIX": "shop",
+            "RELAY_POSITIONS_GROUP": "shop-positions",
+        }
+    )
+    transactions = MemberTransactions(settings, 4, assigned=print, revoked=print)
+    transactions.poll(0)
+    return transactions
+
+
+def test_the_partitions_of_a_cycle_share_one_transaction(monkeypatch: pytest.MonkeyPatch) -> None:
+    transactions = _transactions(monkeypatch)
+    producer = transactions.producer
+    assert isinstance(producer, _Producer)
+    outcomes: list[Exception | None] = []
+
+    def partition(p: int, joined: threading.Barrier) -> None:
+        transactions.begin(p)
+        joined.wait()
+        outcomes.append(transactions.finish(p, TopicPartition("positions", p, 10 + p)))
+
+    joined = threading.Barrier(3)
+    threads = [threading.Thread(target=partition, args=(p, joined)) for p in (0, 1, 2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert outcomes == [None, None, None]
+    assert producer.calls == ["begin", "offsets 3", "commit"]
+
+
+def test_a_partition_that_wakes_after_later_transactions_still_gets_its_outcome(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Partition 0 waits for transaction 1; partition 1 ends it, then runs transactions
+    2 and 3 alone before partition 0's thread is scheduled again."""
+    transactions = _transactions(monkeypatch)
+    transactions.begin(0)
+    transactions.begin(1)
+    outcome: list[Exception | None] = []
+    waiting = threading.Thread(
+        target=lambda: outcome.append(transactions.finish(0, TopicPartition("positions", 0, 5)))
+    )
+    with transactions._cond:  # partition 0's thread cannot wake until this block ends
+        waiting.start()
+        transactions._cond.wait(0.2)  # lets it hand in and wait
+        assert transactions.finish(1, TopicPartition("positions", 1, 5)) is None
+        for position in (6, 7):
+            transactions.begin(1)
+            assert transactions.finish(1, TopicPartition("positions", 1, position)) is None
+    waiting.join(5)
+    assert not waiting.is_alive(), "partition 0 never learnt its transaction's outcome"
+    assert outcome == [None]
