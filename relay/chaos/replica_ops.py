@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from relay.chaos.failover_checker import FailoverCount
 from relay.chaos.ingest import IngestWriter
 from relay.chaos.topic_records import TopicRecord
 from relay.devenv.cli_runner import relay_command
@@ -31,6 +32,8 @@ class ReplicaOperations:
     # Each ingest topic deleted so far: its records, as a read_committed consumer saw them
     # just before it was deleted (every one of them copied by then).
     generations: list[list[TopicRecord]] = field(default_factory=list)
+    # Each consumer group failed over after its source cluster was lost: the checker's counts.
+    failovers: list[FailoverCount] = field(default_factory=list)
     _runs: int = 0
 
     def replicate(self, *args: str, attempts: int = 3) -> tuple[int, str, str]:
