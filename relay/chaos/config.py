@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from relay.chaos.names import REPLICA_KINDS, FaultKind
+from relay.chaos.names import DEFAULT_KINDS, REPLICA_KINDS, FaultKind
 from relay.chaos.workload import WorkloadConfig
 
 
@@ -14,7 +14,7 @@ class ChaosConfig:
     faults: int = 200
     seed: int = 7
     duration_limit_s: float = 780.0
-    kinds: tuple[FaultKind, ...] = tuple(FaultKind)
+    kinds: tuple[FaultKind, ...] = DEFAULT_KINDS
     workdir: Path | None = None
     keep_workdir: bool = False
     relay_partitions: int = 4

@@ -3,7 +3,6 @@ runs."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -12,9 +11,9 @@ from sqlalchemy import Engine, text
 from relay.chaos.checker_inputs import KafkaAccess, wait_until_stable
 from relay.chaos.config import ChaosConfig
 from relay.chaos.preparation import Environment
+from relay.chaos.processes import run_logged
 from relay.devenv.cli_runner import relay_command
 from relay.errors import DrainError
-from relay.postgres.migrations import PROJECT_ROOT
 from relay.runtime.clock import Clock, Deadline
 
 
@@ -33,20 +32,7 @@ def _run_until(
         remaining = deadline.remaining()
         if remaining <= 0:
             raise DrainError(f"{' '.join(argv[2:])} did not drain in time; see {log_path}")
-        with log_path.open("ab") as out:
-            try:
-                code = subprocess.run(
-                    list(argv),
-                    env=dict(env),
-                    cwd=PROJECT_ROOT,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    timeout=remaining,
-                    check=False,
-                ).returncode
-            except subprocess.TimeoutExpired:
-                code = -1
+        code = run_logged(argv, env, log_path, remaining)
         if done(code):
             return attempts
         clock.wait(1.0)

@@ -55,6 +55,7 @@ WEIGHTS: dict[FaultKind, float] = {
     FaultKind.KILL9_TARGET_BROKER: 1.0,
     FaultKind.RECREATE_SOURCE_TOPIC: 0.5,
     FaultKind.DELETE_REPLICATOR_GROUP: 0.5,
+    FaultKind.LOSE_SOURCE_CLUSTER: 0.2,
 }
 
 

@@ -158,6 +158,7 @@ class ChaosRun:
             )
             if env.replica_topic
             else None,
+            failovers=[] if ops is None else ops.failovers,
         )
 
     def _operations(

@@ -18,10 +18,11 @@ class FaultKind(StrEnum):
     PAUSE_REPLICATOR = "pause_replicator"
     KILL9_TARGET_BROKER = "kill9_target_broker"
     # An operator's change the replicator refuses, then the documented way out
-    # (relay.chaos.replica_faults). A failover to the target after the source cluster is
-    # lost would be one more kind of this family.
+    # (relay.chaos.replica_faults).
     RECREATE_SOURCE_TOPIC = "recreate_source_topic"
     DELETE_REPLICATOR_GROUP = "delete_replicator_group"
+    # A source cluster of its own lost, a consumer group failed over (relay.chaos.failover).
+    LOSE_SOURCE_CLUSTER = "lose_source_cluster"
 
 
 REPLICA_KINDS = frozenset(
@@ -31,9 +32,16 @@ REPLICA_KINDS = frozenset(
         FaultKind.KILL9_TARGET_BROKER,
         FaultKind.RECREATE_SOURCE_TOPIC,
         FaultKind.DELETE_REPLICATOR_GROUP,
+        FaultKind.LOSE_SOURCE_CLUSTER,
     }
 )
 """The kinds that need the replicator and the second cluster (``--replicate on``)."""
+
+ON_REQUEST_KINDS = frozenset({FaultKind.LOSE_SOURCE_CLUSTER})
+"""The kinds a run injects only when ``--kinds`` names them: each starts a broker of its
+own (a minute of a small machine), too slow for the default run's time limit."""
+
+DEFAULT_KINDS = tuple(k for k in FaultKind if k not in ON_REQUEST_KINDS)
 
 # The workload's topic, its tables and its events' type.
 TOPIC = "chaos-accounts"

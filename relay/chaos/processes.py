@@ -24,9 +24,33 @@ from relay.devenv.processes import (
     process_stat,
     process_state,
 )
+from relay.postgres.migrations import PROJECT_ROOT
 from relay.runtime.clock import Clock
 
 log = logging.getLogger(__name__)
+
+TIMED_OUT = -1
+"""run_logged's exit code for a command killed when it outlasted its timeout."""
+
+
+def run_logged(argv: Sequence[str], env: Mapping[str, str], log_path: Path, timeout: float) -> int:
+    """Run ``argv`` to its end from the project's root (a `relay` command a run or its
+    operator runs once), its output appended to ``log_path``; its exit code, or
+    TIMED_OUT when it was killed after ``timeout`` seconds."""
+    with log_path.open("ab") as out:
+        try:
+            return subprocess.run(
+                list(argv),
+                env=dict(env),
+                cwd=PROJECT_ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
+                check=False,
+            ).returncode
+        except subprocess.TimeoutExpired:
+            return TIMED_OUT
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,9 +4,8 @@ refuse (exit 2, one line), followed by the documented way out, run as an operato
 record copied once: the recreated topic's new records from its first offset, the old
 topic's copies kept (relay.chaos.replica_checker, generations).
 
-A failover after the source cluster is lost is another fault of this family, to come:
-it would stop the source broker for good, translate a consumer group's offsets and check
-the consumers on the target.
+A failover after the source cluster is lost is another fault of this family, in
+relay.chaos.failover (on a source cluster of its own, which it can lose).
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from relay.chaos.checker_inputs import KafkaAccess, read_topic
+from relay.chaos.failover import lose_source_cluster
 from relay.chaos.faults import FaultContext, Outcome
 from relay.chaos.logwatch import Fenced, LogReader, source_partitions_fenced
 from relay.chaos.names import FaultKind
@@ -213,4 +213,5 @@ def _refused(
 ACTIONS: dict[FaultKind, Callable[[FaultContext], Outcome]] = {
     FaultKind.RECREATE_SOURCE_TOPIC: recreate_source_topic,
     FaultKind.DELETE_REPLICATOR_GROUP: delete_replicator_group,
+    FaultKind.LOSE_SOURCE_CLUSTER: lose_source_cluster,
 }

@@ -4,15 +4,15 @@ hand, the ingest topic's writer, and the records of each ingest topic deleted so
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from relay.chaos.failover_checker import FailoverCount
 from relay.chaos.ingest import IngestWriter
+from relay.chaos.processes import run_logged
 from relay.chaos.topic_records import TopicRecord
 from relay.devenv.cli_runner import relay_command
-from relay.postgres.migrations import PROJECT_ROOT
 
 WAY_OUT_TIMEOUT_S = 120.0
 KAFKA_EXIT = 4  # a cluster that did not answer (e.g. restarting): the operator tries again
@@ -31,26 +31,21 @@ class ReplicaOperations:
     # Each ingest topic deleted so far: its records, as a read_committed consumer saw them
     # just before it was deleted (every one of them copied by then).
     generations: list[list[TopicRecord]] = field(default_factory=list)
+    # Each consumer group failed over after its source cluster was lost: the checker's counts.
+    failovers: list[FailoverCount] = field(default_factory=list)
     _runs: int = 0
 
     def replicate(self, *args: str, attempts: int = 3) -> tuple[int, str, str]:
         """`relay replicate ARGS` as an operator runs it (tried again while a cluster does
-        not answer); its exit code, its output's last line and its whole output."""
+        not answer); its exit code (-1: killed after WAY_OUT_TIMEOUT_S), its output's last
+        line and its whole output."""
         self._runs += 1
         log = self.logs / f"operator.{self._runs:04d}.log"
         code = KAFKA_EXIT
         for _ in range(attempts):
-            with log.open("ab") as out:
-                code = subprocess.run(
-                    relay_command("replicate", *args),
-                    env=dict(self.replicate_env),
-                    cwd=PROJECT_ROOT,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    timeout=WAY_OUT_TIMEOUT_S,
-                    check=False,
-                ).returncode
+            code = run_logged(
+                relay_command("replicate", *args), self.replicate_env, log, WAY_OUT_TIMEOUT_S
+            )
             if code != KAFKA_EXIT:
                 break
         try:

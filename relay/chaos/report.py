@@ -4,10 +4,11 @@ figures (the topic's, the mirror's and the replica's), as lines and as JSON."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from relay.chaos.checker import CheckResult
+from relay.chaos.failover_checker import FailoverCount
 from relay.chaos.injector import FaultRecord
 from relay.chaos.workload import WorkloadStats
 
@@ -24,6 +25,7 @@ class ChaosReport:
     duration_s: float
     workdir: Path
     replica_topic: str | None = None
+    failovers: list[FailoverCount] = field(default_factory=list)  # lose_source_cluster's
 
     @property
     def injected(self) -> Counter[str]:
@@ -31,7 +33,7 @@ class ChaosReport:
 
     @property
     def ok(self) -> bool:
-        return self.result.ok
+        return self.result.ok and all(f.ok for f in self.failovers)
 
     def as_json(self) -> dict[str, object]:
         replica = self.result.replica
@@ -54,6 +56,7 @@ class ChaosReport:
                 "copies": replica.copies,
                 **replica.anomalies,
             },
+            "failovers": [{**asdict(f), "ok": f.ok} for f in self.failovers],
             "ok": self.ok,
             "workload": self.workload.describe(),
             "processes": {
@@ -86,5 +89,23 @@ class ChaosReport:
         for kind, examples in sorted(self.result.examples.items()):
             out.extend(f"  {kind}: {example}" for example in examples)
         out.append(f"duration: {self.duration_s:.0f} s; logs: {self.workdir}")
-        out.append(self.result.summary_line())
+        out.extend(
+            f"failover after the source cluster was lost, {f.describe()}" for f in self.failovers
+        )
+        out.append(self._summary_line())
         return out
+
+    def _summary_line(self) -> str:
+        """The checker's line; with a failover's counts (summed) before the verdict."""
+        line = self.result.summary_line()
+        if not self.failovers:
+            return line
+        counts = {
+            "failover_lost": sum(f.lost for f in self.failovers),
+            "failover_reprocessed_beyond": sum(
+                max(0, f.reprocessed - f.allowed) for f in self.failovers
+            ),
+            "failover_repeated": sum(f.repeated for f in self.failovers),
+        }
+        shown = " ".join(f"{k}={v}" for k, v in counts.items())
+        return f"{line.rpartition(' ')[0]} {shown} {'OK' if self.ok else 'FAILED'}"

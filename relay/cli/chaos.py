@@ -8,7 +8,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from relay.chaos.names import HISTORY, MIRROR, REPLICA_KINDS, TOPIC, FaultKind
+from relay.chaos.names import (
+    DEFAULT_KINDS,
+    HISTORY,
+    MIRROR,
+    ON_REQUEST_KINDS,
+    REPLICA_KINDS,
+    TOPIC,
+    FaultKind,
+)
 from relay.cli.signals import interrupt_on_sigterm
 from relay.errors import ChaosError, ConfigurationError, DevEnvError
 from relay.runtime.clock import SystemClock
@@ -56,8 +64,8 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
         chaos,
         "--kinds",
         env=f"{ENV}KINDS",
-        default=tuple(FaultKind),
-        shown="all",
+        default=DEFAULT_KINDS,
+        shown="all but " + ", ".join(sorted(k.value for k in ON_REQUEST_KINDS)),
         type=_kinds,
         metavar="K,K,...",
         help="fault kinds: " + ", ".join(k.value for k in FaultKind),

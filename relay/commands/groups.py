@@ -21,8 +21,8 @@ from relay.postgres.mirror_store import group_offsets
 from relay.postgres.outbox_source import PostgresOutboxSource
 from relay.settings.mirror import LEGACY_GROUP as LEGACY_MIRROR_GROUP
 from relay.settings.mirror import MirrorSettings
-from relay.settings.replicate import LEGACY_GROUP as LEGACY_REPLICATE_GROUP
 from relay.settings.replicate import ReplicateSettings
+from relay.settings.replicate_spec import LEGACY_GROUP as LEGACY_REPLICATE_GROUP
 
 log = logging.getLogger(__name__)
 _GIVE_ONE = "set --group to choose"

@@ -18,14 +18,8 @@ from relay.settings.env_flags import add_log_flags, env_flag
 from relay.settings.mirror import MIRROR, MirrorSettings, load_mirror_settings
 from relay.settings.registry import REGISTRY
 from relay.settings.relay import RELAY_FLAGS, RelaySettings, load_settings
-from relay.settings.replicate import (
-    REPLICATE,
-    SELECTION,
-    SOURCE,
-    TARGET,
-    ReplicateSettings,
-    load_replicate_settings,
-)
+from relay.settings.replicate import ReplicateSettings, load_replicate_settings
+from relay.settings.replicate_spec import REPLICATE, SELECTION, SOURCE, TARGET
 from relay.settings.spec import Setting, add_flags, seconds
 
 _FLAGS_WIN = "flags win over RELAY_* environment"

@@ -8,6 +8,7 @@ import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
 from relay.devenv import Endpoints
+from tests.integration.replicate_support import ReplicaEnv, new_group
 from tests.integration.support import RelayTestEnv, migrate, new_prefix
 
 RELAY_PARTITIONS = 4
@@ -19,6 +20,12 @@ def relay_env(database_url: str, bootstrap_servers: str) -> RelayTestEnv:
     """A migrated database with 4 relay partitions and relay ids unique to the test."""
     migrate(database_url, RELAY_PARTITIONS)
     return RelayTestEnv(database_url, bootstrap_servers, new_prefix())
+
+
+@pytest.fixture
+def replica(bootstrap_servers: str, target_bootstrap_servers: str) -> ReplicaEnv:
+    """`relay replicate` from the dev cluster to the second one, with a group of its own."""
+    return ReplicaEnv(bootstrap_servers, target_bootstrap_servers, new_group())
 
 
 @pytest.fixture

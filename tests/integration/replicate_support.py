@@ -12,10 +12,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from relay.devenv.reader import read_committed
+from relay.devenv.topics import create_topic
 from relay.replication.types import PROVENANCE_HEADERS, SOURCE_OFFSET_HEADER
+from tests.integration.support import wait_until
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -157,3 +160,144 @@ def assert_replica(
 
 def committed_values(log: dict[int, list[Replicated]]) -> Sequence[bytes | None]:
     return [r.value for records in log.values() for r in records]
+
+
+# Consumer groups on either cluster: committing, reading back, failing over.
+
+
+def write_with_aborts(
+    bootstrap: str,
+    topic: str,
+    partitions: Sequence[int],
+    transactions: int,
+    per_partition: int,
+    *,
+    abort_every: int = 3,
+    first: int = 0,
+) -> int:
+    """Transactions of ``per_partition`` records ``v<n>`` in each of ``partitions``; every
+    ``abort_every``-th is aborted (0: none). Each is flushed before it ends, so that an
+    aborted one leaves its records in the log, behind its marker. Returns the next n."""
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": f"it-fo-{uuid.uuid4().hex}"}
+    )
+    producer.init_transactions(30)
+    n = first
+    for t in range(transactions):
+        producer.begin_transaction()
+        for p in partitions:
+            for _ in range(per_partition):
+                producer.produce(topic, b"v%d" % n, b"k%d" % n, partition=p)
+                n += 1
+        producer.flush(30)
+        if abort_every and t % abort_every == abort_every - 1:
+            producer.abort_transaction(30)
+        else:
+            producer.commit_transaction(30)
+    return n
+
+
+def group_consumer(
+    bootstrap: str, group: str, extra: dict[str, str | bool] | None = None
+) -> Consumer:
+    """A consumer of ``group``, read_committed, committing only when told."""
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            **(extra or {}),
+        }
+    )
+
+
+def consume_and_commit(
+    bootstrap: str, group: str, topic: str, consumed: dict[int, int], commit: dict[int, int]
+) -> None:
+    """A consumer of ``group`` reads ``consumed[p]`` records of each partition, then
+    commits ``commit[p]`` (the next offset it would read, maybe past markers)."""
+    consumer = group_consumer(bootstrap, group)
+    try:
+        for p, count in consumed.items():
+            consumer.assign([TopicPartition(topic, p, 0)])
+            for _ in range(count):
+                message = consumer.poll(30)
+                assert message is not None and message.error() is None, f"{topic}[{p}]"
+        offsets = [TopicPartition(topic, p, offset) for p, offset in commit.items()]
+        consumer.commit(offsets=offsets, asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """``group``'s committed offsets of ``topic`` (partitions without one left out)."""
+    consumer = group_consumer(bootstrap, group)
+    try:
+        wanted = [TopicPartition(topic, p) for p in range(partitions)]
+        found = consumer.committed(wanted, timeout=30)
+    finally:
+        consumer.close()
+    return {tp.partition: tp.offset for tp in found if tp.offset >= 0}
+
+
+def last_stable_offset(bootstrap: str, topic: str, partition: int) -> int:
+    consumer = group_consumer(bootstrap, f"it-lso-{uuid.uuid4().hex}")
+    try:
+        tp = TopicPartition(topic, partition)
+        return int(consumer.get_watermark_offsets(tp, timeout=30, cached=False)[1])
+    finally:
+        consumer.close()
+
+
+def resume_on_target(
+    bootstrap: str, group: str, topic: str, partitions: int
+) -> dict[int, list[Replicated]]:
+    """What a consumer of ``group`` that subscribes to ``topic`` on the target reads, from
+    the group's committed offsets to the end of each partition."""
+    consumer = group_consumer(
+        bootstrap, group, {"enable.partition.eof": True, "auto.offset.reset": "earliest"}
+    )
+    found: dict[int, list[Replicated]] = {p: [] for p in range(partitions)}
+    ended: set[int] = set()
+    deadline = time.monotonic() + 90
+    consumer.subscribe([topic])
+    try:
+        while len(ended) < partitions:
+            assert time.monotonic() < deadline, f"ended: {ended}, read: {found}"
+            message = consumer.poll(1)
+            if message is None:
+                continue
+            err = message.error()
+            if err is not None:
+                assert err.code() == err._PARTITION_EOF, str(err)
+                ended.add(message.partition() or 0)
+                continue
+            found[message.partition() or 0].append(
+                Replicated(
+                    message.partition() or 0,
+                    message.offset() or 0,
+                    message.key(),
+                    message.value(),
+                    tuple(message.headers() or ()),  # type: ignore[arg-type]
+                    message.timestamp()[1],
+                )
+            )
+    finally:
+        consumer.close()
+    return found
+
+
+def recreate_topic(admin: AdminClient, topic: str, partitions: int = 1) -> None:
+    """Delete ``topic`` and create it again (a new topic id, offsets from 0)."""
+    admin.delete_topics([topic], operation_timeout=30)[topic].result(30)
+    wait_until(lambda: topic not in admin.list_topics(timeout=10).topics, 60, f"{topic} deleted")
+
+    def created() -> bool:
+        try:
+            create_topic(admin, topic, partitions)
+        except Exception:  # still being deleted: try again
+            return False
+        return True
+
+    wait_until(created, 60, f"{topic} created again")

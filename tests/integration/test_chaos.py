@@ -12,6 +12,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -183,6 +184,25 @@ def run_chaos(argv: list[str], limit_s: float) -> subprocess.CompletedProcess[st
             chaos.terminate()
             stdout, stderr = chaos.communicate(timeout=60)
     return subprocess.CompletedProcess(argv, chaos.returncode, stdout, stderr)
+
+
+def run_chaos_of(
+    kinds: tuple[str, ...], workdir: Path, *, duration_limit_s: float, limit_s: float
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], str]:
+    """A focused `relay chaos` run: one fault of each of ``kinds`` (seed 7) in
+    ``workdir``; the run, its JSON report and its output (stdout, stderr's end) for an
+    assertion's message. The run must exit 0."""
+    report_path = workdir / "report.json"
+    argv = relay_command(
+        "chaos", "--faults", str(len(kinds)), "--seed", "7", "--kinds", ",".join(kinds),
+        "--duration-limit", str(duration_limit_s), "--workdir", str(workdir / "chaos"),
+        "--report", str(report_path),
+    )  # fmt: skip
+    run = run_chaos(argv, limit_s)
+    output = run.stdout + run.stderr[-5000:]
+    assert run.returncode == 0, output
+    report: dict[str, Any] = json.loads(report_path.read_text())
+    return run, report, output
 
 
 @pytest.mark.long(200)

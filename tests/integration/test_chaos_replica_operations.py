@@ -7,13 +7,11 @@ records copied from its first offset."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from tests.integration.support import relay_command
-from tests.integration.test_chaos import run_chaos
+from tests.integration.test_chaos import run_chaos_of
 
 KINDS = ("recreate_source_topic", "delete_replicator_group")
 RUN_LIMIT_S = 600
@@ -27,18 +25,9 @@ REPLICA_COUNTS = (
 def test_a_recreated_topic_and_a_deleted_group_are_refused_then_repaired_exactly(
     tmp_path: Path,
 ) -> None:
-    report_path = tmp_path / "report.json"
-    argv = relay_command(
-        "chaos", "--faults", str(len(KINDS)), "--seed", "7", "--kinds", ",".join(KINDS),
-        "--duration-limit", "300", "--workdir", str(tmp_path / "chaos"),
-        "--report", str(report_path),
-    )  # fmt: skip
-    run = run_chaos(argv, RUN_LIMIT_S)
-    output = run.stdout + run.stderr[-5000:]
-    assert run.returncode == 0, output
+    run, report, output = run_chaos_of(KINDS, tmp_path, duration_limit_s=300, limit_s=RUN_LIMIT_S)
     assert f"{REPLICA_COUNTS} OK" in run.stdout.strip().splitlines()[-1], output
 
-    report = json.loads(report_path.read_text())
     assert report["faults_injected"] == dict.fromkeys(KINDS, 1), report["faults"]
     details = {f["kind"]: f["detail"] for f in report["faults"] if f["injected"]}
     recreated = details["recreate_source_topic"]

@@ -16,8 +16,8 @@ from confluent_kafka.admin import AdminClient
 
 from relay.commands.replicate import plan_replication, with_end_offsets
 from relay.settings.mirror import LEGACY_GROUP as LEGACY_MIRROR_GROUP
-from relay.settings.replicate import LEGACY_GROUP as LEGACY_REPLICATE_GROUP
 from relay.settings.replicate import load_replicate_settings
+from relay.settings.replicate_spec import LEGACY_GROUP as LEGACY_REPLICATE_GROUP
 from tests.integration.mirror_support import TxProducer, item, items_mapping, mirror_env
 from tests.integration.replicate_support import (
     ReplicaEnv,

@@ -21,7 +21,6 @@ from tests.integration.replicate_support import (
     ReplicaEnv,
     Replicated,
     assert_replica,
-    new_group,
     read_log,
     write_transactions,
 )
@@ -29,11 +28,6 @@ from tests.integration.support import wait_until
 from tests.integration.test_metrics import by_label, get, scrape
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def replica(bootstrap_servers: str, target_bootstrap_servers: str) -> ReplicaEnv:
-    return ReplicaEnv(bootstrap_servers, target_bootstrap_servers, new_group())
 
 
 def test_once_copies_exactly_the_committed_records(

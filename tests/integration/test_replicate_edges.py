@@ -15,39 +15,18 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka._model import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient
 
-from relay.devenv.topics import create_topic
 from relay.replication.partition_replicator import READY
 from relay.runtime.failpoints import ENV_VAR as FAILPOINTS
 from tests.integration.replicate_support import (
     ReplicaEnv,
     assert_replica,
-    new_group,
     read_log,
+    recreate_topic,
     write_transactions,
 )
 from tests.integration.support import wait_until
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def replica(bootstrap_servers: str, target_bootstrap_servers: str) -> ReplicaEnv:
-    return ReplicaEnv(bootstrap_servers, target_bootstrap_servers, new_group())
-
-
-def _recreate(admin: AdminClient, topic: str, partitions: int = 1) -> None:
-    """Delete ``topic`` and create it again (a new topic id, offsets from 0)."""
-    admin.delete_topics([topic], operation_timeout=30)[topic].result(30)
-    wait_until(lambda: topic not in admin.list_topics(timeout=10).topics, 60, f"{topic} deleted")
-
-    def created() -> bool:
-        try:
-            create_topic(admin, topic, partitions)
-        except Exception:  # still being deleted: try again
-            return False
-        return True
-
-    wait_until(created, 60, f"{topic} created again")
 
 
 def _paused_after_copying(
@@ -86,7 +65,7 @@ def test_a_recreated_source_topic_is_refused_until_reset(
     args = ("--once", "--topics", topic, "--target-prefix", "rc.")
     assert replica.run(*args).returncode == 0  # position 21: after the 20th record
     old = read_log(replica.target, f"rc.{topic}", 1)[0]
-    _recreate(kafka_admin, topic)
+    recreate_topic(kafka_admin, topic)
     write_transactions(replica.source, topic, 3, 10, abort_every=0, first=n)  # end 33 > 22
     refused = replica.run(*args)
     assert refused.returncode == 2, refused.stderr
@@ -118,7 +97,7 @@ def test_a_source_topic_recreated_while_the_replicator_is_paused_is_refused(
     log = tmp_path / "replicate.log"
     process = _paused_after_copying(replica, topic, "rp.", log)
     try:
-        _recreate(kafka_admin, topic)
+        recreate_topic(kafka_admin, topic)
         write_transactions(replica.source, topic, 4, 10, abort_every=0, first=n)
         process.send_signal(signal.SIGCONT)
         assert process.wait(90) == 2, log.read_text()
@@ -208,7 +187,7 @@ def test_a_target_topic_recreated_while_running_is_copied_again_from_the_start(
     log = tmp_path / "replicate.log"
     process = _paused_after_copying(replica, topic, "t.", log)
     try:
-        _recreate(target_kafka_admin, f"t.{topic}")
+        recreate_topic(target_kafka_admin, f"t.{topic}")
         write_transactions(replica.source, topic, 2, 10, abort_every=0, first=n)
         process.send_signal(signal.SIGCONT)
         wait_until(
@@ -331,7 +310,7 @@ def test_a_recreated_source_topic_whose_group_was_deleted_too_is_reset(
     args = ("--once", "--topics", topic, "--target-prefix", "bo.")
     assert replica.run(*args).returncode == 0
     old = read_log(replica.target, f"bo.{topic}", 1)[0]
-    _recreate(kafka_admin, topic)
+    recreate_topic(kafka_admin, topic)
     target_kafka_admin.delete_consumer_groups([replica.group])[replica.group].result(30)
     write_transactions(replica.source, topic, 1, 10, abort_every=0, first=n)
     reset = ("--topics", topic, "--target-prefix", "bo.", "--reset-recreated-topic", topic)

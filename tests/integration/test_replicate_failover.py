@@ -4,18 +4,21 @@ continue there with exactly the records they had not processed (docs/replication
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer
 
 from tests.integration.replicate_support import (
     ReplicaEnv,
-    Replicated,
-    new_group,
+    committed,
+    consume_and_commit,
+    group_consumer,
+    last_stable_offset,
     read_log,
+    resume_on_target,
+    write_with_aborts,
 )
 from tests.integration.support import wait_until
 
@@ -25,133 +28,8 @@ PREFIX = "dr."
 
 
 @pytest.fixture
-def replica(bootstrap_servers: str, target_bootstrap_servers: str) -> ReplicaEnv:
-    return ReplicaEnv(bootstrap_servers, target_bootstrap_servers, new_group())
-
-
-@pytest.fixture
 def group() -> str:
     return f"it-failover-app-{uuid.uuid4().hex[:10]}"
-
-
-def write_with_aborts(
-    bootstrap: str,
-    topic: str,
-    partitions: Sequence[int],
-    transactions: int,
-    per_partition: int,
-    *,
-    abort_every: int = 3,
-    first: int = 0,
-) -> int:
-    """Transactions of ``per_partition`` records ``v<n>`` in each of ``partitions``; every
-    ``abort_every``-th is aborted (0: none). Each is flushed before it ends, so that an
-    aborted one leaves its records in the log, behind its marker. Returns the next n."""
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "transactional.id": f"it-fo-{uuid.uuid4().hex}"}
-    )
-    producer.init_transactions(30)
-    n = first
-    for t in range(transactions):
-        producer.begin_transaction()
-        for p in partitions:
-            for _ in range(per_partition):
-                producer.produce(topic, b"v%d" % n, b"k%d" % n, partition=p)
-                n += 1
-        producer.flush(30)
-        if abort_every and t % abort_every == abort_every - 1:
-            producer.abort_transaction(30)
-        else:
-            producer.commit_transaction(30)
-    return n
-
-
-def _consumer(bootstrap: str, group: str, extra: dict[str, str | bool] | None = None) -> Consumer:
-    return Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            **(extra or {}),
-        }
-    )
-
-
-def consume_and_commit(
-    bootstrap: str, group: str, topic: str, consumed: dict[int, int], commit: dict[int, int]
-) -> None:
-    """A consumer of ``group`` reads ``consumed[p]`` records of each partition, then
-    commits ``commit[p]`` (the next offset it would read, maybe past markers)."""
-    consumer = _consumer(bootstrap, group)
-    try:
-        for p, count in consumed.items():
-            consumer.assign([TopicPartition(topic, p, 0)])
-            for _ in range(count):
-                message = consumer.poll(30)
-                assert message is not None and message.error() is None, f"{topic}[{p}]"
-        offsets = [TopicPartition(topic, p, offset) for p, offset in commit.items()]
-        consumer.commit(offsets=offsets, asynchronous=False)
-    finally:
-        consumer.close()
-
-
-def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
-    """``group``'s committed offsets of ``topic`` (partitions without one left out)."""
-    consumer = _consumer(bootstrap, group)
-    try:
-        wanted = [TopicPartition(topic, p) for p in range(partitions)]
-        found = consumer.committed(wanted, timeout=30)
-    finally:
-        consumer.close()
-    return {tp.partition: tp.offset for tp in found if tp.offset >= 0}
-
-
-def last_stable_offset(bootstrap: str, topic: str, partition: int) -> int:
-    consumer = _consumer(bootstrap, f"it-lso-{uuid.uuid4().hex}")
-    try:
-        tp = TopicPartition(topic, partition)
-        return int(consumer.get_watermark_offsets(tp, timeout=30, cached=False)[1])
-    finally:
-        consumer.close()
-
-
-def resume_on_target(
-    bootstrap: str, group: str, topic: str, partitions: int
-) -> dict[int, list[Replicated]]:
-    """What a consumer of ``group`` that subscribes to ``topic`` on the target reads, from
-    the group's committed offsets to the end of each partition."""
-    consumer = _consumer(
-        bootstrap, group, {"enable.partition.eof": True, "auto.offset.reset": "earliest"}
-    )
-    found: dict[int, list[Replicated]] = {p: [] for p in range(partitions)}
-    ended: set[int] = set()
-    deadline = time.monotonic() + 90
-    consumer.subscribe([topic])
-    try:
-        while len(ended) < partitions:
-            assert time.monotonic() < deadline, f"ended: {ended}, read: {found}"
-            message = consumer.poll(1)
-            if message is None:
-                continue
-            err = message.error()
-            if err is not None:
-                assert err.code() == err._PARTITION_EOF, str(err)
-                ended.add(message.partition() or 0)
-                continue
-            found[message.partition() or 0].append(
-                Replicated(
-                    message.partition() or 0,
-                    message.offset() or 0,
-                    message.key(),
-                    message.value(),
-                    tuple(message.headers() or ()),  # type: ignore[arg-type]
-                    message.timestamp()[1],
-                )
-            )
-    finally:
-        consumer.close()
-    return found
 
 
 def test_a_group_resumes_on_the_target_with_exactly_the_records_it_had_not_processed(
@@ -237,7 +115,7 @@ def test_caught_up_ahead_of_the_replicator_and_active_on_the_target(
 
     # Once the replicator caught up, the rest; but not while the group consumes there.
     assert replica.run("--once", *args).returncode == 0
-    active = _consumer(replica.target, group, {"auto.offset.reset": "earliest"})
+    active = group_consumer(replica.target, group, {"auto.offset.reset": "earliest"})
     running_consumers.append(active)
     active.subscribe([target_topic])
     wait_until(lambda: (active.poll(0.2), active.assignment())[1] != [], 60, "an assignment")

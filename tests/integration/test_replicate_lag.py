@@ -27,12 +27,10 @@ def lag_rows(output: str) -> dict[str, list[str]]:
 
 
 def test_an_idle_source_shows_a_fresh_lag_in_seconds(
-    bootstrap_servers: str,
-    target_bootstrap_servers: str,
+    replica: ReplicaEnv,
     make_topic: Callable[..., str],
     tmp_path: Path,
 ) -> None:
-    replica = ReplicaEnv(bootstrap_servers, target_bootstrap_servers, new_group())
     topic = make_topic("repl-fresh", partitions=2)
     write_transactions(replica.source, topic, transactions=2, per_transaction=5)
     (port,) = free_ports(1)

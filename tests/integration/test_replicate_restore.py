@@ -15,9 +15,9 @@ from tests.integration.replicate_support import (
     assert_replica,
     new_group,
     read_log,
+    recreate_topic,
     write_transactions,
 )
-from tests.integration.test_replicate_edges import _recreate
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +35,7 @@ def test_restoring_after_a_reset_does_not_take_the_old_topics_copies_for_the_new
     selection = ("--topics", topic, "--target-prefix", "ro.")
     assert replica.run("--once", *selection).returncode == 0  # position 21
     old = read_log(replica.target, f"ro.{topic}", 1)[0]
-    _recreate(kafka_admin, topic)
+    recreate_topic(kafka_admin, topic)
     reset = replica.run(*selection, "--reset-recreated-topic", topic, "--yes")
     assert reset.returncode == 0, reset.stderr
     # The group is lost before anything of the new topic was copied, and the new topic

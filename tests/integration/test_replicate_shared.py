@@ -28,7 +28,6 @@ from relay.settings.replicate import load_replicate_settings
 from tests.integration.replicate_support import (
     ReplicaEnv,
     assert_replica,
-    new_group,
     read_log,
     write_transactions,
 )
@@ -42,11 +41,6 @@ _CHANGE = re.compile(
     r"(taking|handing) source partitions \[(.*)\](?: on)?$|source partition \S+\[(\d+)\] released",
     re.MULTILINE,
 )
-
-
-@pytest.fixture
-def replica(bootstrap_servers: str, target_bootstrap_servers: str) -> ReplicaEnv:
-    return ReplicaEnv(bootstrap_servers, target_bootstrap_servers, new_group())
 
 
 def holdings(log: Path) -> set[int]:

@@ -35,11 +35,6 @@ KEEP = {"retention.ms": "-1"}
 
 
 @pytest.fixture
-def replica(bootstrap_servers: str, target_bootstrap_servers: str) -> ReplicaEnv:
-    return ReplicaEnv(bootstrap_servers, target_bootstrap_servers, new_group())
-
-
-@pytest.fixture
 def target_topics(target_kafka_admin: AdminClient) -> Iterator[list[str]]:
     """Target topics the job creates, deleted after the test (best effort)."""
     created: list[str] = []

@@ -18,16 +18,19 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from relay import devenv
 from relay.devenv.ports import free_ports
 from relay.devenv.private import start_broker
-from tests.integration.replicate_support import ReplicaEnv, Replicated, new_group, read_log
-from tests.integration.support import wait_until
-from tests.integration.test_metrics import by_label, get, scrape
-from tests.integration.test_replicate_failover import (
-    _consumer,
+from tests.integration.replicate_support import (
+    ReplicaEnv,
+    Replicated,
     committed,
     consume_and_commit,
+    group_consumer,
+    new_group,
+    read_log,
     resume_on_target,
     write_with_aborts,
 )
+from tests.integration.support import wait_until
+from tests.integration.test_metrics import by_label, get, scrape
 
 pytestmark = pytest.mark.integration
 
@@ -103,12 +106,10 @@ def test_after_the_source_is_gone_a_synced_group_resumes_at_its_first_unprocesse
 
 @pytest.mark.long(50)
 def test_a_group_consuming_on_the_target_is_left_alone_until_it_stops(
-    bootstrap_servers: str,
-    target_bootstrap_servers: str,
+    replica: ReplicaEnv,
     make_topic: Callable[..., str],
     tmp_path: Path,
 ) -> None:
-    replica = ReplicaEnv(bootstrap_servers, target_bootstrap_servers, new_group())
     topic, app = make_topic("sync-active", partitions=1), f"it-sync-app-{uuid.uuid4().hex[:8]}"
     write_with_aborts(replica.source, topic, (0,), transactions=4, per_partition=5)
     args = ("--topics", topic, "--target-prefix", PREFIX)
@@ -116,7 +117,7 @@ def test_a_group_consuming_on_the_target_is_left_alone_until_it_stops(
     target_topic = PREFIX + topic
     consume_and_commit(replica.source, app, topic, {0: 5}, {0: 5})
     # The group runs on the target already (say, a failover drill).
-    active: Consumer | None = _consumer(replica.target, app, {"auto.offset.reset": "earliest"})
+    active: Consumer | None = group_consumer(replica.target, app, {"auto.offset.reset": "earliest"})
     assert active is not None
     active.subscribe([target_topic])
     wait_until(lambda: (active.poll(0.2), active.assignment())[1] != [], 60, "an assignment")
@@ -160,9 +161,8 @@ def test_a_group_consuming_on_the_target_is_left_alone_until_it_stops(
 
 @pytest.mark.long(50)
 def test_once_syncs_at_its_end_and_moves_back_only_when_the_group_went_back_on_the_source(
-    bootstrap_servers: str, target_bootstrap_servers: str, make_topic: Callable[..., str]
+    replica: ReplicaEnv, make_topic: Callable[..., str]
 ) -> None:
-    replica = ReplicaEnv(bootstrap_servers, target_bootstrap_servers, new_group())
     topic, app = make_topic("sync-back", partitions=1), f"it-sync-app-{uuid.uuid4().hex[:8]}"
     write_with_aborts(replica.source, topic, (0,), transactions=6, per_partition=5)
     originals = read_log(replica.source, topic, 1)[0]

@@ -12,7 +12,7 @@ from relay.cli import build_parser, main
 from relay.settings.connections import CONNECTIONS, METRICS
 from relay.settings.mirror import MIRROR
 from relay.settings.relay import RELAY_FLAGS
-from relay.settings.replicate import REPLICATE, SELECTION, SOURCE, TARGET
+from relay.settings.replicate_spec import REPLICATE, SELECTION, SOURCE, TARGET
 from relay.settings.spec import Setting
 
 COMMANDS = {
