@@ -24,14 +24,8 @@ from relay.chaos.logwatch import (
     source_partitions_fenced,
 )
 from relay.chaos.names import FaultKind
-from relay.chaos.processes import (
-    ManagedProcess,
-    Supervisor,
-    command_line,
-    descendants,
-    is_stopped,
-    process_tree,
-)
+from relay.chaos.process_tree import command_line, descendants, is_stopped, process_tree
+from relay.chaos.processes import ManagedProcess, Supervisor
 from relay.chaos.replica_ops import ReplicaOperations
 from relay.errors import FaultSkipped
 from relay.runtime.clock import Clock, wait_until

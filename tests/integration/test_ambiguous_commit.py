@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from relay import devenv
-from relay.chaos.processes import is_stopped
+from relay.chaos.process_tree import is_stopped
 from relay.devenv.private import start_broker
 from tests.integration.conftest import RELAY_PARTITIONS
 from tests.integration.support import (

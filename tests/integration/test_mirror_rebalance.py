@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from relay.chaos.processes import is_stopped
+from relay.chaos.process_tree import is_stopped
 from tests.integration.mirror_support import (
     TxProducer,
     audit_count,

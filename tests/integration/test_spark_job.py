@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from relay.chaos.processes import is_stopped
+from relay.chaos.process_tree import is_stopped
 from tests.integration import support
 from tests.integration.support import (
     PROJECT_ROOT,

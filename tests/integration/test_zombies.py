@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from relay import devenv
-from relay.chaos.processes import is_stopped
+from relay.chaos.process_tree import is_stopped
 from relay.devenv.ports import free_ports
 from tests.integration.conftest import RELAY_PARTITIONS
 from tests.integration.support import (

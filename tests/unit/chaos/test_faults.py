@@ -17,7 +17,8 @@ from relay.chaos import faults
 from relay.chaos.faults import FaultContext, Outcome, plan_faults
 from relay.chaos.injector import FaultInjector, FaultLog
 from relay.chaos.names import FaultKind
-from relay.chaos.processes import Command, Slot, Supervisor, is_stopped
+from relay.chaos.process_tree import is_stopped
+from relay.chaos.processes import Command, Slot, Supervisor
 from relay.devenv.waiting import wait_until
 from relay.errors import FaultSkipped
 from relay.publishing.partition_relay import READY as RELAY_READY

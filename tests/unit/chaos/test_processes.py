@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from relay.chaos.processes import Command, ManagedProcess, identified, kill_identified
+from relay.chaos.process_tree import identified, kill_identified
+from relay.chaos.processes import Command, ManagedProcess
 
 
 def test_a_pid_given_to_another_process_is_not_killed() -> None:
