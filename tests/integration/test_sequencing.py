@@ -166,3 +166,40 @@ def test_concurrent_free_running_writers_with_a_live_relay(
         relay_process.wait(60)
     assert relay_process.returncode == 0, log.read_text()
     assert_exactly_once_in_order(read_committed(relay_env.bootstrap_servers, topic), committed_ids)
+
+
+def test_concurrent_commits_of_one_partition_draw_positions_no_other_commit_has(
+    relay_env: RelayTestEnv, engine: sa.Engine, topic: str
+) -> None:
+    """Each commit's span of positions is its own: writers of different keys in one relay
+    partition commit at the same time (they hold its lock shared), and their draws from
+    ``outbox_seq`` must not interleave, or two markers claim the same positions (a row
+    published twice, or one skipped)."""
+    errors: list[BaseException] = []
+
+    def write(index: int) -> None:
+        try:
+            for n in range(150):
+                with Session(engine) as session, session.begin():
+                    for k in range(3):
+                        relay.publish(session, topic, f"w{index}-{n}-{k}", {"n": n})
+        except BaseException as exc:
+            errors.append(exc)
+
+    writers = [threading.Thread(target=write, args=(i,)) for i in range(WRITERS)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(300)
+    assert not errors, errors[0]
+    with engine.connect() as conn:
+        overlapping = conn.execute(
+            sa.text(
+                """
+                SELECT count(*) FROM outbox_commits a JOIN outbox_commits b
+                  ON a.partition = b.partition AND a.txid <> b.txid
+                 AND a.first_seq <= b.last_seq AND b.first_seq <= a.last_seq
+                """
+            )
+        ).scalar_one()
+    assert overlapping == 0, f"{overlapping} pairs of commits claim the same positions"
