@@ -136,7 +136,9 @@ def history(env: MirrorEnv) -> list[tuple[object, ...]]:
 
 @pytest.fixture
 def topic(make_topic: Callable[..., str]) -> str:
-    return make_topic("mirror-history", partitions=1)
+    # The records carry timestamps of T0, older than the brokers' 7-day retention: kept
+    # forever, or a retention check between two transactions deletes the first one.
+    return make_topic("mirror-history", partitions=1, config={"retention.ms": "-1"})
 
 
 @pytest.fixture
