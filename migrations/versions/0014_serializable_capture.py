@@ -29,12 +29,12 @@ is sequenced by the other version's functions; rows, markers and positions are u
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Sequence
-from pathlib import Path
 from types import ModuleType
 
 from alembic import op
+
+from relay.postgres.revision_files import load_sibling
 
 revision: str = "0014_serializable_capture"
 down_revision: str | None = "0013_commit_time"
@@ -190,12 +190,7 @@ $$
 
 def _commit_markers() -> ModuleType:
     """0007_commit_markers, whose functions the downgrade restores."""
-    path = Path(__file__).with_name("0007_commit_markers.py")
-    spec = importlib.util.spec_from_file_location("relay_migration_0007", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_sibling(__file__, "0007_commit_markers.py")
 
 
 def _or_replace(definition: str) -> str:

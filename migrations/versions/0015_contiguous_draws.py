@@ -22,12 +22,12 @@ is sequenced by the other version's function; rows, markers and positions are un
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Sequence
-from pathlib import Path
 from types import ModuleType
 
 from alembic import op
+
+from relay.postgres.revision_files import load_sibling
 
 revision: str = "0015_contiguous_draws"
 down_revision: str | None = "0014_serializable_capture"
@@ -40,13 +40,7 @@ DRAW_LOCK_CLASS = 0x0B0D  # beside 0x0B0B (partitions) and 0x0B0C (keys)
 
 def _serializable_capture() -> ModuleType:
     """0014_serializable_capture, whose function this one changes and the downgrade restores."""
-    path = Path(__file__).with_name("0014_serializable_capture.py")
-    spec = importlib.util.spec_from_file_location("relay_migration_0014", path)
-    if spec is None or spec.loader is None:
-        raise RuntimeError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_sibling(__file__, "0014_serializable_capture.py")
 
 
 def _guarded(draw: str) -> str:

@@ -11,8 +11,10 @@ decides then.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
+from types import ModuleType
 
 _REVISION = re.compile(r"^revision(?:\s*:\s*str)?\s*=\s*[\"']([^\"']+)[\"']\s*$", re.M)
 _DOWN = re.compile(r"^down_revision(?:\s*:[^=]*)?=\s*(?:None|[\"']([^\"']+)[\"'])\s*$", re.M)
@@ -34,3 +36,16 @@ def read_revisions(versions: Path) -> tuple[set[str], str] | None:
     if len(heads) != 1 or len(roots) != 1 or not set(parents.values()) - {None} <= set(parents):
         return None
     return set(parents), heads.pop()
+
+
+def load_sibling(here: str, filename: str) -> ModuleType:
+    """The migration ``filename`` beside the migration file ``here`` (its ``__file__``),
+    loaded as a module: a migration that changes an earlier one's SQL reads that SQL
+    (and its downgrade restores it) from there."""
+    path = Path(here).with_name(filename)
+    spec = importlib.util.spec_from_file_location(f"relay_migration_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"cannot load the migration {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -174,15 +174,18 @@ def test_concurrent_commits_of_one_partition_draw_positions_no_other_commit_has(
     """Each commit's span of positions is its own: writers of different keys in one relay
     partition commit at the same time (they hold its lock shared), and their draws from
     ``outbox_seq`` must not interleave, or two markers claim the same positions (a row
-    published twice, or one skipped)."""
+    published twice, or one skipped). The writers' transactions hold one row (one draw,
+    0016), three rows of one key (one partition) or three keys (several partitions)."""
     errors: list[BaseException] = []
 
     def write(index: int) -> None:
+        kind = index % 3  # 0: one row; 1: three rows of one key; 2: three keys
         try:
             for n in range(150):
                 with Session(engine) as session, session.begin():
-                    for k in range(3):
-                        relay.publish(session, topic, f"w{index}-{n}-{k}", {"n": n})
+                    for k in range(1 if kind == 0 else 3):
+                        key = f"w{index}-{n}" if kind == 1 else f"w{index}-{n}-{k}"
+                        relay.publish(session, topic, key, {"n": n})
         except BaseException as exc:
             errors.append(exc)
 
@@ -203,3 +206,68 @@ def test_concurrent_commits_of_one_partition_draw_positions_no_other_commit_has(
             )
         ).scalar_one()
     assert overlapping == 0, f"{overlapping} pairs of commits claim the same positions"
+
+
+DRAW_LOCK = (0x0B0D, 0)  # the draw lock of 0015_contiguous_draws (class, key)
+
+
+def _draw_waits(engine: sa.Engine) -> bool:
+    """Whether a commit waits for the draw lock."""
+    with engine.connect() as conn:
+        return bool(
+            conn.execute(
+                sa.text(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                    "AND classid = :c AND objid = :k AND objsubid = 2 AND NOT granted"
+                ),
+                {"c": DRAW_LOCK[0], "k": DRAW_LOCK[1]},
+            ).scalar_one()
+        )
+
+
+@pytest.mark.parametrize(
+    ("held", "rows", "waits"),
+    [
+        ("", 1, True),  # a several-row draw in progress: a one-row commit waits for it
+        ("_shared", 1, False),  # one-row draws: they do not wait for each other (0016)
+        ("_shared", 3, True),  # a one-row draw in progress: a several-row commit waits
+    ],
+)
+def test_a_draw_stays_out_of_several_row_draws_and_one_row_draws_do_not_queue(
+    engine: sa.Engine, topic: str, held: str, rows: int, waits: bool
+) -> None:
+    """The draw lock as the commits' triggers take it: a commit of one row draws one
+    ``outbox_seq`` value (SHARED), a commit of several rows a block (EXCLUSIVE), so no
+    value is drawn inside another commit's block. Here the test holds the lock as a
+    draw in progress would."""
+    committed = threading.Event()
+    errors: list[BaseException] = []
+
+    def commit() -> None:
+        try:
+            with Session(engine) as session, session.begin():
+                for k in range(rows):
+                    relay.publish(session, topic, "one-key", {"k": k})
+            committed.set()
+        except BaseException as exc:
+            errors.append(exc)
+            committed.set()
+
+    with engine.connect() as holder:
+        holder.execute(sa.text(f"SELECT pg_advisory_lock{held}({DRAW_LOCK[0]}, {DRAW_LOCK[1]})"))
+        writer = threading.Thread(target=commit, daemon=True)
+        writer.start()
+        try:
+            if waits:
+                wait_until(lambda: _draw_waits(engine), 30, "the commit to wait for the draw lock")
+                assert not committed.is_set()
+            else:
+                assert committed.wait(30), "the one-row commit waited for another's draw"
+        finally:
+            holder.execute(
+                sa.text(f"SELECT pg_advisory_unlock{held}({DRAW_LOCK[0]}, {DRAW_LOCK[1]})")
+            )
+            holder.commit()
+        writer.join(30)
+    assert not errors, errors[0]
+    assert committed.is_set()
