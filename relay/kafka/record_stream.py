@@ -9,7 +9,9 @@ are never committed to Kafka: ``mirror_offsets`` is the only truth.
 consumer librdkafka reports it at the last stable offset, past aborted records and
 transaction markers, which is how the stored offset gets past them too.
 ``auto.offset.reset=error`` turns a stored offset that no longer exists (deleted by
-retention before it was mirrored) into an error instead of a silent jump.
+retention before it was mirrored) into an error instead of a silent jump. A partition
+with no stored offset starts at the log's start; when records were deleted before it
+(retention, delete-records), a warning names them: they will never be in the tables.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ class KafkaRecordStream:
 
     def __init__(self, kafka: KafkaSettings, group: str) -> None:
         self._timeout = kafka.request_timeout_s
+        self._group = group
         self._listener: AssignmentListener | None = None
         config = {
             "fetch.wait.max.ms": 100,
@@ -98,14 +101,38 @@ class KafkaRecordStream:
         """Take these partitions without a group (``--once``, Spark tasks)."""
         self._listener = listener
         starts = listener.assigned(list(partitions))
+        self._report_deleted([tp for tp in partitions if starts[tp] is None])
         self._consumer.assign([TopicPartition(t, p, _start(starts[(t, p)])) for t, p in partitions])
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         keys = [(tp.topic, tp.partition) for tp in partitions]
         starts = self._listener.assigned(keys) if keys and self._listener is not None else {}
+        self._report_deleted([tp for tp in keys if starts.get(tp) is None])
         consumer.incremental_assign(
             [TopicPartition(t, p, _start(starts.get((t, p)))) for t, p in keys]
         )
+
+    def _report_deleted(self, unstored: Sequence[TopicPartitionKey]) -> None:
+        """Warn about the records deleted from the start of partitions that have no
+        stored offset (so start at the log's start)."""
+        for topic, partition in unstored:
+            try:
+                low, _high = self._consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=self._timeout, cached=False
+                )
+            except KafkaException as exc:  # only a warning is at stake: reading goes on
+                log.debug("%s[%d]: reading the log start failed: %s", topic, partition, exc)
+                continue
+            if low > 0:
+                log.warning(
+                    "%s[%d]: offsets 0..%d were deleted from the log before group %s stored "
+                    "an offset for it; mirroring from offset %d",
+                    topic,
+                    partition,
+                    low - 1,
+                    self._group,
+                    low,
+                )
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if partitions and self._listener is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from confluent_kafka import KafkaException, TopicCollection
+from confluent_kafka import KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewPartitions, NewTopic
 
@@ -127,6 +127,36 @@ def test_a_recreated_topic_is_refused_until_reset_then_mirrored_from_its_start(
     assert again.returncode == 0, again.stderr
     assert items_state(env) == {i: (f"new{i}", 100 + i) for i in range(8)}
     assert env.offsets() == last_stable_offsets(bootstrap_servers, topic)
+
+
+def test_records_deleted_before_the_group_stored_an_offset_are_reported(
+    database_url: str,
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    kafka_admin: AdminClient,
+    tmp_path: Path,
+) -> None:
+    """A group with no stored offset starts at the log's start; records deleted before it
+    (retention, delete-records) are never in the table, and the mirror says so."""
+    topic = make_topic("mirror-deleted", partitions=1)
+    env = mirror_env(database_url, bootstrap_servers, tmp_path, items_mapping([topic], OUTBOX_SEQ))
+    producer = TxProducer(bootstrap_servers)
+    producer.transaction(topic, [item(i, f"a{i}", i, outbox_seq=str(i + 1)) for i in range(5)])
+    kept = [item(i, f"b{i}", i, outbox_seq=str(i + 1)) for i in range(5, 8)]
+    producer.transaction(topic, kept)  # offsets 0-4, a marker (5), then 6-8
+    deleted = kafka_admin.delete_records([TopicPartition(topic, 0, 6)])
+    deleted[TopicPartition(topic, 0, 6)].result(30)
+
+    done = env.run("--once")
+    assert done.returncode == 0, done.stderr
+    assert (
+        f"{topic}[0]: offsets 0..5 were deleted from the log before group {env.group} "
+        "stored an offset for it; mirroring from offset 6"
+    ) in done.stderr
+    assert items_state(env) == {i: (f"b{i}", i) for i in range(5, 8)}
+    again = env.run("--once")
+    assert again.returncode == 0, again.stderr
+    assert "were deleted from the log" not in again.stderr  # an offset is stored now
 
 
 def test_a_topic_recreated_under_a_running_mirror_stops_it_before_anything_is_applied(
