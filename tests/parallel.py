@@ -9,8 +9,14 @@ suite in one process.
 from __future__ import annotations
 
 import os
+from collections import defaultdict
 
 import pytest
+
+from tests.workers import is_worker
+
+_SECONDS_BY_FILE: defaultdict[str, float] = defaultdict(float)
+SHOWN_FILES = 15
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -41,3 +47,21 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     if config.option.markexpr.replace(" ", "") == "notintegration":
         return 0
     return max(2, 2 * (os.cpu_count() or 1))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Adds up each test file's setup, call and teardown time (on the controller, as the
+    workers report them)."""
+    _SECONDS_BY_FILE[report.nodeid.split("::", 1)[0]] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Where the suite's time goes, file by file: the files that took longest, summed
+    over their tests, against the workers' time in all."""
+    if is_worker(terminalreporter.config) or not _SECONDS_BY_FILE:
+        return
+    total = sum(_SECONDS_BY_FILE.values())
+    terminalreporter.section(f"slowest {SHOWN_FILES} files (of {total:.0f} s of test time)")
+    ranked = sorted(_SECONDS_BY_FILE.items(), key=lambda item: item[1], reverse=True)
+    for path, seconds in ranked[:SHOWN_FILES]:
+        terminalreporter.write_line(f"{seconds:8.1f}s {100 * seconds / total:5.1f}%  {path}")
