@@ -186,25 +186,23 @@ class PartitionRelay:
     def _fenced(
         self, exc: ProducerFencedError, records: Sequence[OutboxRecord], open_s: float
     ) -> RelayError:
-        """A fence during a batch's transaction: the broker's transaction timeout when the
-        transaction was open that long (retry smaller), else another instance took over
-        (stop). See :mod:`relay.runtime.batch_limits`."""
-        first, last = records[0].seq, records[-1].seq
-        if self._limits.timed_out(open_s, records):
-            self._unsettled = True  # the fenced producer is unusable: rebuild and fence
-            self._observer.transaction(self.partition, committed=False)
-            return TransactionTimedOutError(
-                f"relay partition {self.partition}: the Kafka transaction of seq "
-                f"{first}..{last} ({len(records)} rows) was open {open_s:.1f} s, as long as "
-                "transaction.timeout.ms or longer, and the broker aborted it; next batches "
-                f"carry at most {self._limits.rows} rows and {self._limits.bytes} bytes"
-            )
-        return ProducerFencedError(
-            f"relay partition {self.partition}: fenced {open_s:.1f} s into a transaction, "
-            "before transaction.timeout.ms: another relay instance initialised this "
-            "partition's transactional id and took the partition over; this instance stops",
-            code=exc.code,
+        """A fence during a batch's transaction (BatchLimits.fence_error): after a timeout
+        the fenced producer is unusable, so it is rebuilt and fences again."""
+        error = self._limits.fence_error(
+            exc,
+            open_s,
+            records,
+            where=f"relay partition {self.partition}",
+            transaction=f"Kafka transaction of seq {records[0].seq}..{records[-1].seq} "
+            f"({len(records)} rows)",
+            units="rows",
+            taker="another relay instance initialised this partition's transactional id "
+            "and took the partition over",
         )
+        if isinstance(error, TransactionTimedOutError):
+            self._unsettled = True
+            self._observer.transaction(self.partition, committed=False)
+        return error
 
     def housekeep(self) -> None:
         """Record the position as published in the database (the floor) and delete the

@@ -281,22 +281,19 @@ class PartitionReplicator:
     def _fenced(
         self, exc: ProducerFencedError, records: list[SourceRecord], open_s: float
     ) -> RelayError:
-        """The broker's transaction timeout when the transaction was open that long (retry
-        smaller), else another instance took over (stop); see relay.runtime.batch_limits."""
-        if self._limits.timed_out(open_s, records):
-            self._unsettled = True
-            return TransactionTimedOutError(
-                f"{self.route}: the target transaction of offsets {records[0].offset}.."
-                f"{records[-1].offset} was open {open_s:.1f} s, as long as "
-                "transaction.timeout.ms or longer, and the broker aborted it; next batches "
-                f"carry at most {self._limits.rows} records and {self._limits.bytes} bytes"
-            )
-        return ProducerFencedError(
-            f"{self.route}: fenced {open_s:.1f} s into a transaction, before "
-            "transaction.timeout.ms: another replicator instance took this partition over; "
-            "this instance stops",
-            code=exc.code,
+        """A fence during a batch's transaction (BatchLimits.fence_error)."""
+        error = self._limits.fence_error(
+            exc,
+            open_s,
+            records,
+            where=str(self.route),
+            transaction=f"target transaction of offsets {records[0].offset}..{records[-1].offset}",
+            units="records",
+            taker="another replicator instance took this partition over",
         )
+        if isinstance(error, TransactionTimedOutError):
+            self._unsettled = True
+        return error
 
     def keep_alive_if_due(self, every_s: float) -> bool:
         """Commit the unchanged position again when it was last committed ``every_s`` ago

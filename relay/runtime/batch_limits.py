@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
+from relay.errors import ProducerFencedError, TransactionTimedOutError
+
 # A batch that commits within this share of transaction.timeout.ms lets the limits grow.
 _QUICK_SHARE = 0.25
 
@@ -82,3 +84,29 @@ class BatchLimits:
         if open_s < self.transaction_timeout_s * _QUICK_SHARE:
             self.rows = min(self.max_rows, self.rows * 2)
             self.bytes = min(self.max_bytes, self.bytes * 2)
+
+    def fence_error(
+        self,
+        exc: ProducerFencedError,
+        open_s: float,
+        records: Sequence[Payload],
+        *,
+        where: str,
+        transaction: str,
+        units: str,
+        taker: str,
+    ) -> TransactionTimedOutError | ProducerFencedError:
+        """What a fence during the transaction of ``records``, open ``open_s`` seconds,
+        means: the broker's transaction timeout (the limits shrink: retry smaller), or
+        ``taker``, another instance that took the partition over (stop)."""
+        if self.timed_out(open_s, records):
+            return TransactionTimedOutError(
+                f"{where}: the {transaction} was open {open_s:.1f} s, as long as "
+                "transaction.timeout.ms or longer, and the broker aborted it; next batches "
+                f"carry at most {self.rows} {units} and {self.bytes} bytes"
+            )
+        return ProducerFencedError(
+            f"{where}: fenced {open_s:.1f} s into a transaction, before "
+            f"transaction.timeout.ms: {taker}; this instance stops",
+            code=exc.code,
+        )

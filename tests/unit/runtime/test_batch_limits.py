@@ -3,7 +3,7 @@ takeover (issue 11, point 5; relay.runtime.batch_limits)."""
 
 import pytest
 
-from relay.errors import ProducerFencedError
+from relay.errors import ProducerFencedError, TransactionTimedOutError
 from relay.publishing.partition_relay import PartitionRelay
 from relay.publishing.types import CommittedPosition
 from relay.runtime.batch_limits import BatchLimits
@@ -97,3 +97,22 @@ def test_a_timeout_the_abort_finds_out_about_is_retried_smaller_too() -> None:
     make(kafka, outbox, batch_size=100, transaction_timeout_s=5).drain()
 
     assert [r.seq for r in kafka.committed] == list(range(1, 101))
+
+
+def test_a_fence_error_says_timeout_with_the_new_limits_or_another_instance() -> None:
+    limits = BatchLimits(max_rows=100, max_bytes=10_000, transaction_timeout_s=60.0)
+    records = [record(0, n) for n in range(40)]
+    half = sum(len(r.key or b"") + len(r.value or b"") for r in records) // 2
+    fenced = ProducerFencedError("fenced", code="PRODUCER_FENCED")
+    words = {"where": "p3", "transaction": "txn of 40", "units": "rows", "taker": "someone"}
+
+    early = limits.fence_error(fenced, 59.0, records, **words)
+    assert isinstance(early, ProducerFencedError) and early.code == "PRODUCER_FENCED"
+    assert str(early) == (
+        "p3: fenced 59.0 s into a transaction, before transaction.timeout.ms: someone; "
+        "this instance stops"
+    )
+    late = limits.fence_error(fenced, 60.0, records, **words)
+    assert isinstance(late, TransactionTimedOutError)
+    assert "p3: the txn of 40 was open 60.0 s" in str(late)
+    assert str(late).endswith(f"next batches carry at most 20 rows and {half} bytes")
