@@ -8,6 +8,12 @@ are never committed to Kafka: ``mirror_offsets`` is the only truth.
 ``enable.partition.eof`` reports the end of each partition: for a read_committed
 consumer librdkafka reports it at the last stable offset, past aborted records and
 transaction markers, which is how the stored offset gets past them too.
+Without a group (``--once``, Spark tasks) the stream takes what the consumer has fetched
+in batches of up to ``FETCHED_BATCH`` messages (one call, not one per message) and
+serves them one by one; a seek drops those of its partition, so the next record is the
+one at the offset sought. With a group it takes one message at a time: a rebalance may
+run inside any call, and a message taken before it must not outlive the assignment.
+
 ``auto.offset.reset=error`` turns a stored offset that no longer exists (deleted by
 retention before it was mirrored) into an error instead of a silent jump. A partition
 with no stored offset starts at the log's start; when records were deleted before it
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 
 from confluent_kafka import (
@@ -25,6 +32,7 @@ from confluent_kafka import (
     TIMESTAMP_NOT_AVAILABLE,
     Consumer,
     KafkaException,
+    Message,
     TopicPartition,
 )
 from confluent_kafka import KafkaError as LibKafkaError
@@ -46,6 +54,8 @@ _FATAL_CODES = frozenset(
         LibKafkaError.GROUP_AUTHORIZATION_FAILED,
     }
 )
+FETCHED_BATCH = 500
+"""The most messages one call takes from the consumer's queue, without a group."""
 
 
 def _headers(raw: object) -> RecordHeaders:
@@ -70,6 +80,8 @@ class KafkaRecordStream:
     def __init__(self, kafka: KafkaSettings, group: str) -> None:
         self._timeout = kafka.request_timeout_s
         self._group = group
+        self._batched = False  # assigned without a group: take fetched messages in batches
+        self._fetched: deque[Message] = deque()
         self._listener: AssignmentListener | None = None
         config = {
             "fetch.wait.max.ms": 100,
@@ -102,6 +114,7 @@ class KafkaRecordStream:
         self._listener = listener
         starts = listener.assigned(list(partitions))
         self._report_deleted([tp for tp in partitions if starts[tp] is None])
+        self._batched = True
         self._consumer.assign([TopicPartition(t, p, _start(starts[(t, p)])) for t, p in partitions])
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -147,7 +160,7 @@ class KafkaRecordStream:
         self._on_revoke(consumer, partitions)
 
     def poll(self, timeout: float) -> KafkaRecord | PartitionEnd | None:
-        msg = self._consumer.poll(timeout)
+        msg = self._next_message(timeout)
         if msg is None:
             return None
         topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
@@ -181,7 +194,20 @@ class KafkaRecordStream:
         log.warning("consumer: %s (%s)", err.str(), err.name())
         return None
 
+    def _next_message(self, timeout: float) -> Message | None:
+        if self._fetched:
+            return self._fetched.popleft()
+        if self._batched:  # what is fetched already, in one call; else wait for one
+            self._fetched.extend(self._consumer.consume(FETCHED_BATCH, 0))
+            if self._fetched:
+                return self._fetched.popleft()
+        return self._consumer.poll(timeout)
+
     def seek(self, topic: str, partition: int, offset: int | None) -> None:
+        if self._fetched:  # fetched before the seek: not what comes after it
+            self._fetched = deque(
+                m for m in self._fetched if m.topic() != topic or m.partition() != partition
+            )
         try:
             self._consumer.seek(TopicPartition(topic, partition, _start(offset)))
         except KafkaException as exc:
@@ -221,6 +247,7 @@ class KafkaRecordStream:
         gone: set[TopicPartitionKey] = set()
         deadline = time.monotonic() + self._timeout
         assigned = [TopicPartition(t, p, _start(o)) for (t, p), o in starts.items()]
+        self._fetched.clear()  # of another assignment
         self._consumer.assign(assigned)
         try:
             while len(found) + len(gone) < len(starts):
@@ -240,6 +267,7 @@ class KafkaRecordStream:
             # librdkafka keeps a partition paused across assignments: resume before leaving.
             self._consumer.resume(assigned)
             self._consumer.unassign()
+            self._fetched.clear()
         return found
 
     def close(self) -> None:

@@ -306,6 +306,28 @@ def test_seek_resumes_the_partition_at_the_offset(kafka: StreamHarness) -> None:
     assert read_to_end(kafka.stream, p0) == {p0: [PartitionEnd(kafka.topic, 0, 5)]}
 
 
+def test_a_seek_drops_what_was_fetched_before_it(kafka: StreamHarness) -> None:
+    """Records fetched but not yet polled when the partition is sought elsewhere are not
+    returned: the next record is the one at the offset sought (the core relies on it
+    after a compare-and-set conflict)."""
+    p0 = (kafka.topic, 0)
+    records = kafka.commit(0, 10)
+    kafka.assign({(kafka.topic, 1): 0})
+    deadline = time.monotonic() + TIMEOUT_S
+    returned: list[KafkaRecord] = []
+    while len(returned) < 2:  # the first two: the rest is fetched by then
+        if time.monotonic() > deadline:
+            raise AssertionError("no records of partition 0")
+        event = kafka.stream.poll(0.1)
+        if isinstance(event, KafkaRecord) and (event.topic, event.partition) == p0:
+            returned.append(event)
+    assert returned == records[:2]
+    kafka.stream.seek(kafka.topic, 0, 5)
+    assert read_to_end(kafka.stream, p0)[p0] == [*records[5:], PartitionEnd(kafka.topic, 0, 11)]
+    kafka.stream.seek(kafka.topic, 0, 1)  # back: what was returned comes again
+    assert read_to_end(kafka.stream, p0)[p0] == [*records[1:], PartitionEnd(kafka.topic, 0, 11)]
+
+
 def test_records_of_aborted_transactions_are_never_returned(kafka: StreamHarness) -> None:
     p0, p1 = (kafka.topic, 0), (kafka.topic, 1)
     before = kafka.commit(0, 2)  # 0-1, marker 2
