@@ -69,11 +69,11 @@ class KafkaReplicaWriter(TransactionalProducer):
         self._settings = settings
         self._route = route
         self._compression = compression
-        self._provenance = (
+        self._provenance: list[tuple[str, str | bytes | None]] = [
             (SOURCE_CLUSTER_HEADER, origin.cluster.encode()),
             (SOURCE_TOPIC_HEADER, route.topic.encode()),
             (SOURCE_PARTITION_HEADER, b"%d" % route.partition),
-        )
+        ]  # the offset's header follows, per record
         self._max_message_bytes = max_message_bytes
         self._tp = TopicPartition(route.target_topic, route.partition)
         super().__init__(
@@ -125,30 +125,50 @@ class KafkaReplicaWriter(TransactionalProducer):
         return stable_end(self._settings, self._tp)
 
     def send(self, records: Sequence[SourceRecord]) -> None:
+        # Per record: keep this loop lean (docs/performance.md). The provenance headers
+        # are built once per writer; only the source offset differs per record.
         produce, on_delivery = self._producer.produce, self._on_delivery
         topic, partition, provenance = self._tp.topic, self._tp.partition, self._provenance
+        offset_header = SOURCE_OFFSET_HEADER
         for record in records:
-            headers: list[tuple[str, str | bytes | None]] = [
-                *record.headers,
-                *provenance,
-                (SOURCE_OFFSET_HEADER, b"%d" % record.offset),
-            ]
-            while True:
-                try:
-                    produce(
-                        topic,
-                        record.value,
-                        record.key,
-                        partition=partition,
-                        headers=headers,
-                        timestamp=record.timestamp_ms,
-                        on_delivery=on_delivery,
-                    )
-                    break
-                except BufferError:
-                    self._producer.poll(0.05)
-                except KafkaException as exc:
-                    raise self._refused(exc, record.offset) from None
+            own = record.headers
+            headers = [*own, *provenance] if own else provenance.copy()
+            headers.append((offset_header, b"%d" % record.offset))
+            try:
+                produce(
+                    topic,
+                    record.value,
+                    record.key,
+                    partition=partition,
+                    headers=headers,
+                    timestamp=record.timestamp_ms,
+                    on_delivery=on_delivery,
+                )
+            except BufferError:  # the queue is full: wait for room, then the same record
+                self._produce_when_room(record, headers)
+            except KafkaException as exc:
+                raise self._refused(exc, record.offset) from None
+
+    def _produce_when_room(
+        self, record: SourceRecord, headers: list[tuple[str, str | bytes | None]]
+    ) -> None:
+        while True:
+            self._producer.poll(0.05)
+            try:
+                self._producer.produce(
+                    self._tp.topic,
+                    record.value,
+                    record.key,
+                    partition=self._tp.partition,
+                    headers=headers,
+                    timestamp=record.timestamp_ms,
+                    on_delivery=self._on_delivery,
+                )
+                return
+            except BufferError:
+                continue
+            except KafkaException as exc:
+                raise self._refused(exc, record.offset) from None
 
     def _refused(self, exc: KafkaException, offset: int) -> Exception:
         err = lib_error(exc)

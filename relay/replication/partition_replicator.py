@@ -24,6 +24,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from operator import attrgetter
 from typing import TypeVar
 
 from relay.errors import (
@@ -61,6 +62,7 @@ from relay.runtime.retry import RetryPolicy
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+_EVENT_TIME = attrgetter("timestamp_ms")  # iterated in C, once per record
 READY = "ready, earlier copiers of this partition fenced"
 """A route's start-up line once it holds it; relay.chaos.logwatch looks for it."""
 
@@ -250,7 +252,7 @@ class PartitionReplicator:
             self.route.partition,
             len(records),
             self._committed_at - began,
-            [r.timestamp_ms for r in records],
+            list(map(_EVENT_TIME, records)),
         )
         self._observer.running(self.route.topic, self.route.partition, next_offset)
         self._failpoints.hit("after_commit", self.route.partition)
