@@ -31,7 +31,6 @@ from relay.replication.ports import ReplicaObserver, TopicIds
 from relay.replication.types import Origin, PositionStamp, ReplicaResult, Route
 from relay.runtime.activity import ActivityLog
 from relay.runtime.clock import Clock, SystemClock
-from relay.runtime.collector import collect_less_often
 from relay.runtime.failpoints import Failpoints
 from relay.runtime.metrics import ReplicaMetrics
 from relay.runtime.retry import RetryPolicy
@@ -187,7 +186,6 @@ class ReplicateService:
         plan = plan_replication(self._settings)
         self._settings = self._settings.with_group(plan.group)
         self._ids = KafkaTopicIds(self._settings, self._clock)
-        collect_less_often()  # started: the copies' garbage has no cycles (docs/performance.md)
         self.metrics.started(partial(last_stable_offsets, self._settings))
         if not plan.topics:
             log.warning("no source topic matches %s yet", self._settings.selection.describe())

@@ -19,7 +19,8 @@ YOUNG_THRESHOLD = 50_000
 
 
 def collect_less_often() -> None:
-    """Once started (imports done): set aside every object alive now from future
+    """For a process of its own (`relay replicate`, not a library's caller), once started
+    (imports done): set aside every object alive now from future
     collections (``gc.freeze``), and collect the young generation every YOUNG_THRESHOLD
     allocations, the older ones as often relative to it as before or less."""
     gc.freeze()
