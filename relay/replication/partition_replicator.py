@@ -25,8 +25,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import wait
-from functools import partial
 from operator import attrgetter
 from typing import TypeVar
 
@@ -38,7 +36,7 @@ from relay.errors import (
     RetriableError,
     TransactionTimedOutError,
 )
-from relay.replication.batch_check import BatchChecks, batch_fits
+from relay.replication.batch_check import BatchChecks
 from relay.replication.freshness import Freshness
 from relay.replication.ports import (
     NoReplicaObserver,
@@ -228,10 +226,7 @@ class PartitionReplicator:
         self._writer.begin()
         opened = self._clock.monotonic()
         # Checked while the copies are sent; the commit waits for it (batch_check).
-        check = self._checks.start(
-            partial(batch_fits, self.route, self._stamp, self._ids, self._read_at,
-                    self._writer.position)
-        )  # fmt: skip
+        check = self._checks.start(self._stamp, self._ids, self._read_at, self._writer.position)
         fits = False
         try:
             self._writer.send(records)
@@ -252,7 +247,7 @@ class PartitionReplicator:
             self._abort_quietly()  # a fatal error: leave no transaction open behind
             raise
         finally:
-            wait([check])  # none left running behind: it reads through the writer
+            check.settle()  # none left running behind: it reads through the writer
         if not fits:  # the target topic was created again: read the position again
             self._abort_quietly()
             self._restart()

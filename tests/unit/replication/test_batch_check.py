@@ -66,3 +66,34 @@ def test_a_batch_failing_its_checks_is_aborted_not_committed() -> None:
         replicator.copy_batch()
     assert (writer.aborts, writer.pending, len(target.copies)) == (1, None, 4)
     replicator.close()
+
+
+class MeetingIds(Ids):
+    """Topic ids whose source side answers only once the target side was asked too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.target_asked = threading.Event()
+        self.checking = False
+
+    def source(self, topic: str, since: float) -> str | None:
+        if self.checking:
+            assert self.target_asked.wait(10), "the target was asked only after the source"
+        return super().source(topic, since)
+
+    def target(self, topic: str, since: float) -> str | None:
+        self.target_asked.set()
+        return super().target(topic, since)
+
+
+def test_both_topics_are_described_at_once() -> None:
+    source, target, _ = copied()
+    ids = MeetingIds()
+    replicator = make(source, target, ids)
+    replicator.start()
+    grow(source, b"x", b"y")
+    ids.target_asked.clear()
+    ids.checking = True
+    batch = replicator.copy_batch()
+    assert batch is not None and batch.records == 2
+    replicator.close()
