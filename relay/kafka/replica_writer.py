@@ -134,41 +134,22 @@ class KafkaReplicaWriter(TransactionalProducer):
             own = record.headers
             headers = [*own, *provenance] if own else provenance.copy()
             headers.append((offset_header, b"%d" % record.offset))
-            try:
-                produce(
-                    topic,
-                    record.value,
-                    record.key,
-                    partition=partition,
-                    headers=headers,
-                    timestamp=record.timestamp_ms,
-                    on_delivery=on_delivery,
-                )
-            except BufferError:  # the queue is full: wait for room, then the same record
-                self._produce_when_room(record, headers)
-            except KafkaException as exc:
-                raise self._refused(exc, record.offset) from None
-
-    def _produce_when_room(
-        self, record: SourceRecord, headers: list[tuple[str, str | bytes | None]]
-    ) -> None:
-        while True:
-            self._producer.poll(0.05)
-            try:
-                self._producer.produce(
-                    self._tp.topic,
-                    record.value,
-                    record.key,
-                    partition=self._tp.partition,
-                    headers=headers,
-                    timestamp=record.timestamp_ms,
-                    on_delivery=self._on_delivery,
-                )
-                return
-            except BufferError:
-                continue
-            except KafkaException as exc:
-                raise self._refused(exc, record.offset) from None
+            while True:
+                try:
+                    produce(
+                        topic,
+                        record.value,
+                        record.key,
+                        partition=partition,
+                        headers=headers,
+                        timestamp=record.timestamp_ms,
+                        on_delivery=on_delivery,
+                    )
+                    break
+                except BufferError:  # the queue is full: wait for room, then again
+                    self._producer.poll(0.05)
+                except KafkaException as exc:
+                    raise self._refused(exc, record.offset) from None
 
     def _refused(self, exc: KafkaException, offset: int) -> Exception:
         err = lib_error(exc)
