@@ -87,6 +87,7 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
 def _replicate(args: argparse.Namespace) -> int:
     from relay.cli.progress import showing
     from relay.commands.replicate import ReplicateService
+    from relay.runtime.collector import collect_less_often
     from relay.runtime.metrics import serving
     from relay.runtime.observed import ReplicaProgressMetrics
     from relay.runtime.progress import Progress
@@ -111,6 +112,7 @@ def _replicate(args: argparse.Namespace) -> int:
         # in source offsets: markers and aborted records take offsets without a copy
         showing(progress, "copied", args.progress_interval_s, unit="offsets"),
     ):
+        collect_less_often()  # this process is the replicator's alone: it can (collector)
         summary = service.run(once=args.once)
     print(describe_summary(summary, None if metrics is None else metrics.offsets_skipped))
     return 0

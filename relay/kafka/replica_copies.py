@@ -4,8 +4,8 @@ offset, and the topic ids of both sides (:class:`relay.replication.ports.TopicId
 
 from __future__ import annotations
 
-import threading
 import time
+from collections.abc import Callable, Sequence
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from confluent_kafka import KafkaError as LibKafkaError
@@ -13,6 +13,7 @@ from confluent_kafka import KafkaError as LibKafkaError
 from relay.errors import RetriableError
 from relay.kafka.admin import admin_client, describe_topics
 from relay.kafka.errors import translate
+from relay.replication.topic_ids import SharedTopicIds
 from relay.replication.types import (
     SOURCE_CLUSTER_HEADER,
     SOURCE_OFFSET_HEADER,
@@ -20,7 +21,7 @@ from relay.replication.types import (
     LastCopy,
     Route,
 )
-from relay.runtime.clock import Clock, SystemClock
+from relay.runtime.clock import Clock
 from relay.settings.connections import KafkaSettings
 from relay.settings.replicate import ReplicateSettings
 
@@ -179,36 +180,21 @@ def _text(value: str | bytes | None) -> str:
     return value or ""
 
 
-class KafkaTopicIds:
-    """Implements :class:`relay.replication.ports.TopicIds`: one AdminClient per cluster,
-    shared by the partitions of a run; a description made at or after the moment asked
-    for is reused."""
+class KafkaTopicIds(SharedTopicIds):
+    """Implements :class:`relay.replication.ports.TopicIds` with one AdminClient per
+    cluster, shared by the partitions of a run: one DescribeTopics request per cluster
+    answers every partition whose records were read before it began
+    (:mod:`relay.replication.topic_ids`)."""
 
     def __init__(self, settings: ReplicateSettings, clock: Clock | None = None) -> None:
-        self._clusters = {
-            "source": (admin_client(settings.source), settings.source.request_timeout_s),
-            "target": (admin_client(settings.target), settings.target.request_timeout_s),
-        }
-        self._clock = clock or SystemClock()
-        self._seen: dict[tuple[str, str], tuple[str, float]] = {}
-        self._lock = threading.Lock()
+        super().__init__(_describer(settings.source), _describer(settings.target), clock)
 
-    def source(self, topic: str, since: float) -> str | None:
-        return self._id("source", topic, since)
 
-    def target(self, topic: str, since: float) -> str | None:
-        return self._id("target", topic, since)
+def _describer(side: KafkaSettings) -> Callable[[Sequence[str]], dict[str, str | None]]:
+    admin, timeout = admin_client(side), side.request_timeout_s
 
-    def _id(self, side: str, topic: str, since: float) -> str:
-        with self._lock:
-            seen = self._seen.get((side, topic))
-        if seen is not None and seen[1] >= since:
-            return seen[0]
-        at = self._clock.monotonic()  # before asking: the answer is at least this recent
-        admin, timeout = self._clusters[side]
-        identity = describe_topics(admin, [topic], timeout)[topic]
-        if identity is None:
-            raise RetriableError(f"{side} topic {topic} does not exist (deleted?)")
-        with self._lock:
-            self._seen[(side, topic)] = (identity.topic_id, at)
-        return identity.topic_id
+    def describe(topics: Sequence[str]) -> dict[str, str | None]:
+        found = describe_topics(admin, topics, timeout)
+        return {topic: None if each is None else each.topic_id for topic, each in found.items()}
+
+    return describe

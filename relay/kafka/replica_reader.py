@@ -49,10 +49,8 @@ def source_consumer(settings: ReplicateSettings) -> Consumer:
 
 
 def _headers(raw: object) -> Headers:
-    """A consumed record's headers (librdkafka gives a list of (name, bytes) or None)."""
-    if not raw or not isinstance(raw, list):
-        return ()
-    return tuple((str(name), value) for name, value in raw)
+    """A consumed record's headers: librdkafka gives a list of (name, bytes) tuples."""
+    return tuple(raw) if isinstance(raw, list) else ()
 
 
 class KafkaSourceReader:
@@ -87,8 +85,8 @@ class KafkaSourceReader:
         except KafkaException as exc:
             raise translate(exc, f"{self._route}: reading") from None
         records: list[SourceRecord] = []
-        append = records.append
-        for message in messages:
+        append, no_time = records.append, TIMESTAMP_NOT_AVAILABLE
+        for message in messages:  # per record: keep this loop lean (docs/performance.md)
             err = message.error()
             if err is not None:
                 if err.code() == LibKafkaError._AUTO_OFFSET_RESET:
@@ -96,13 +94,14 @@ class KafkaSourceReader:
                     break  # what was read before it is good
                 self._raise(err)
             kind, timestamp = message.timestamp()
+            raw = message.headers()
             append(
                 SourceRecord(
                     message.offset() or 0,  # a consumed record always has its offset
                     message.key(),
                     message.value(),
-                    _headers(message.headers()),
-                    0 if kind == TIMESTAMP_NOT_AVAILABLE else timestamp,
+                    _headers(raw) if raw else (),
+                    0 if kind == no_time else timestamp,
                 )
             )
         if records:

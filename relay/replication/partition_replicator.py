@@ -8,8 +8,9 @@ Start-up::
 
 Order of one batch (one transaction on the target cluster)::
 
-    read committed source records  ->  check both topics' ids  ->  begin  ->  send the
-    copies  ->  commit(copies + the position after them); a fatal error aborts first
+    read committed source records  ->  begin  ->  send the copies, while both topics'
+    ids and the position are checked (relay.replication.batch_check)  ->  commit(copies
+    + the position after them); a failed check or a fatal error aborts instead
 
 The position lives only on the target cluster, committed atomically with the copies, and
 is read only after fencing: a crash, a re-run task or a second instance can neither lose
@@ -24,6 +25,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from operator import attrgetter
 from typing import TypeVar
 
 from relay.errors import (
@@ -34,6 +36,7 @@ from relay.errors import (
     RetriableError,
     TransactionTimedOutError,
 )
+from relay.replication.batch_check import BatchChecks
 from relay.replication.freshness import Freshness
 from relay.replication.ports import (
     NoReplicaObserver,
@@ -43,7 +46,7 @@ from relay.replication.ports import (
     SourceReader,
     TopicIds,
 )
-from relay.replication.position_check import check_owner, checked_start_read_again, same_topics
+from relay.replication.position_check import checked_start_read_again, same_topics
 from relay.replication.retrying import retrying
 from relay.replication.types import (
     Origin,
@@ -61,6 +64,7 @@ from relay.runtime.retry import RetryPolicy
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+_EVENT_TIME = attrgetter("timestamp_ms")  # iterated in C, once per record
 READY = "ready, earlier copiers of this partition fenced"
 """A route's start-up line once it holds it; relay.chaos.logwatch looks for it."""
 
@@ -105,6 +109,7 @@ class PartitionReplicator:
         self._committed_at = 0.0
         self._unsettled = False  # a transaction failed: restart before the next batch
         self._freshness = Freshness(heartbeat_s, self._clock, wall)  # every heartbeat_s
+        self._checks = BatchChecks(route)
 
     @property
     def next_offset(self) -> int:
@@ -214,21 +219,22 @@ class PartitionReplicator:
                 self._settled(self._freshness.stamped(self._stamp, read_up_to))
                 self._observer.running(self.route.topic, self.route.partition, read_up_to)
             return None
-        if not same_topics(self.route, self._stamp, self._ids, self._read_at):
-            self._restart()  # the target topic was created again: read the position again
-            return None
-        check_owner(self.route, self._writer.position(), self._stamp)
         next_offset = records[-1].offset + 1
         # Past this batch: aborted records and markers read behind it are done too.
         done = next_offset if len(records) < len(self._read) else self._reader.position()
         stamp = self._freshness.stamped(self._stamp, max(next_offset, done))
         self._writer.begin()
         opened = self._clock.monotonic()
+        # Checked while the copies are sent; the commit waits for it (batch_check).
+        check = self._checks.start(self._stamp, self._ids, self._read_at, self._writer.position)
+        fits = False
         try:
             self._writer.send(records)
             self._failpoints.hit("after_produce", self.route.partition)
-            self._failpoints.hit("before_commit", self.route.partition)
-            self._writer.commit(next_offset, stamp)
+            fits = check.result()
+            if fits:
+                self._failpoints.hit("before_commit", self.route.partition)
+                self._writer.commit(next_offset, stamp)
         except ProducerFencedError as exc:
             raise self._fenced(exc, records, self._clock.monotonic() - opened) from None
         except RetriableError as exc:
@@ -240,6 +246,12 @@ class PartitionReplicator:
         except BaseException:
             self._abort_quietly()  # a fatal error: leave no transaction open behind
             raise
+        finally:
+            check.settle()  # none left running behind: it reads through the writer
+        if not fits:  # the target topic was created again: read the position again
+            self._abort_quietly()
+            self._restart()
+            return None
         del self._read[: len(records)]
         self._next = next_offset
         self._settled(stamp)
@@ -250,7 +262,7 @@ class PartitionReplicator:
             self.route.partition,
             len(records),
             self._committed_at - began,
-            [r.timestamp_ms for r in records],
+            list(map(_EVENT_TIME, records)),
         )
         self._observer.running(self.route.topic, self.route.partition, next_offset)
         self._failpoints.hit("after_commit", self.route.partition)
@@ -350,6 +362,7 @@ class PartitionReplicator:
         )
 
     def close(self) -> None:
+        self._checks.close()
         for release in (self._reader.close, self._writer.close):
             with contextlib.suppress(RelayError):
                 release()

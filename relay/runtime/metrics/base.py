@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Generic, TypeVar
 
@@ -81,14 +81,29 @@ class Latencies:
         self._sum = 0.0
 
     def observe(self, committed_s: float, event_times_ms: Iterable[int]) -> None:
-        ages = [max(0.0, committed_s - ms / 1000) for ms in event_times_ms if ms > 0]
-        if not ages:
+        # Sorted (in C), the times are the ages in reverse: each bucket's bound is found by
+        # bisection, so a batch costs a few dozen steps of Python, not a few per event.
+        times = sorted(event_times_ms)
+        first = bisect_right(times, 0)  # 0: no time
+        if first == len(times):
             return
-        slots = [bisect_left(LATENCY_BUCKETS_S, age) for age in ages]
+
+        def neg_age(ms: int) -> float:  # ascending along ``times``
+            return -max(0.0, committed_s - ms / 1000)
+
+        events = len(times) - first
+        counts, below = [], 0  # below: events of the buckets so far
+        for bound in LATENCY_BUCKETS_S:
+            within = len(times) - bisect_left(times, -bound, first, key=neg_age)
+            counts.append(within - below)
+            below = within
+        counts.append(events - below)
+        aged = bisect_left(times, 0.0, first, key=neg_age)  # the rest: age 0 (clocks apart)
+        ages = (aged - first) * committed_s - sum(times[first:aged]) / 1000
         with self._lock:
-            for slot in slots:
-                self._counts[slot] += 1
-            self._sum += sum(ages)
+            for slot, count in enumerate(counts):
+                self._counts[slot] += count
+            self._sum += ages
 
     def family(self) -> HistogramMetricFamily:
         with self._lock:
