@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from relay.errors import RetriableError
 from relay.runtime.clock import Clock, SystemClock
@@ -31,7 +31,7 @@ class _Description:
 
     began: float
     topics: frozenset[str]
-    ids: Mapping[str, str | None] | None = None
+    ids: Mapping[str, str | None] = field(default_factory=dict)  # once done, without error
     error: BaseException | None = None
     done: bool = False
     waiting: int = 0  # callers waiting for it
@@ -62,8 +62,7 @@ class SharedDescriptions:
             while True:
                 last = self._last
                 if last is not None and last.began >= since and topic in last.topics:
-                    assert last.ids is not None  # answered
-                    return self._found(topic, last.ids)
+                    return self._found(topic, last.ids)  # only answered ones are kept
                 running = self._running
                 if running is None:
                     mine = _Description(self._clock.monotonic(), frozenset(self._topics))
@@ -77,7 +76,6 @@ class SharedDescriptions:
                 if shared:
                     if running.error is not None:  # the same failure, raised in each thread
                         raise copy.copy(running.error).with_traceback(None)
-                    assert running.ids is not None
                     return self._found(topic, running.ids)
         return self._run(mine, topic)
 
