@@ -13,15 +13,32 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from relay.errors import OffsetTranslationError, RelayError
 from relay.kafka.offset_translation import KafkaOffsetTranslator
 from relay.replication.group_sync import plan_sync
+from relay.replication.translation import TranslatedOffset
 from relay.runtime.clock import Clock, SystemClock
 from relay.runtime.metrics import ReplicaMetrics
 from relay.settings.replicate import ReplicateSettings
 
 log = logging.getLogger(__name__)
+
+
+class GroupTranslator(Protocol):
+    """What a round asks of one group's offsets (:class:`KafkaOffsetTranslator`)."""
+
+    def target_members(self) -> int: ...
+
+    def translate_with_metadata(
+        self, *, sync: bool = False
+    ) -> tuple[list[TranslatedOffset], dict[tuple[str, int], str]]: ...
+
+    def apply(self, rows: Iterable[TranslatedOffset]) -> list[TranslatedOffset]: ...
+
+    def close(self) -> None: ...
 
 
 class GroupSync:
@@ -33,16 +50,17 @@ class GroupSync:
         settings: ReplicateSettings,
         metrics: ReplicaMetrics,
         clock: Clock | None = None,
+        translator: Callable[[ReplicateSettings, str], GroupTranslator] = KafkaOffsetTranslator,
     ) -> None:
         self._settings, self._metrics = settings, metrics
         self._clock = clock or SystemClock()
-        self._translators: dict[str, KafkaOffsetTranslator] = {}
+        self._translators: dict[str, GroupTranslator] = {}
         self._active: set[str] = set()  # groups last seen consuming on the target
         self._failing: dict[str, str] = {}  # group: the error its last round ended with
         self._thread: threading.Thread | None = None
         try:
             for group in settings.sync_groups:  # the replicator's own group is refused
-                self._translators[group] = KafkaOffsetTranslator(settings, group)
+                self._translators[group] = translator(settings, group)
         except RelayError:
             self.close()
             raise
@@ -83,6 +101,7 @@ class GroupSync:
         if members := translator.target_members():
             self._skip(group, members)
             return 0
+        self._metrics.group_sync_began(group)
         rows, metadata = translator.translate_with_metadata(sync=True)
         plan = plan_sync(rows, metadata)
         try:
@@ -105,7 +124,17 @@ class GroupSync:
                     row.target_offset,
                     row.source_offset,
                 )
-        self._metrics.group_synced(group, len(plan.commit))
+        for row in plan.waiting:  # a continuous sync tries again next round
+            log.log(
+                logging.DEBUG if self._thread is not None else logging.WARNING,
+                "group %s: %s[%d] is not replicated up to the group's offset %s yet: its "
+                "offset on the target is left as it was",
+                group,
+                row.topic,
+                row.partition,
+                row.source_offset,
+            )
+        self._metrics.group_synced(group, len(plan.commit), len(plan.waiting))
         return len(plan.commit)
 
     def _skip(self, group: str, members: int) -> None:

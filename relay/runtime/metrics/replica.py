@@ -63,7 +63,11 @@ class ReplicaMetrics(ProcessMetrics):
             "--sync-groups: sync rounds that left a group alone: it had active members on "
             "the target cluster",
         )
-        self._last_sync: dict[str, float] = {}  # by group: when its last round completed
+        # By group: when the last round that synced every partition began to read, when
+        # the round under way began, and how many partitions the last round left waiting.
+        self._last_sync: dict[str, float] = {}
+        self._round_began: dict[str, float] = {}
+        self._sync_waiting: dict[str, int] = {}
         self._positions: dict[TopicPartition, int] = {}
         self._through: dict[TopicPartition, int] = {}  # complete through, ms since the epoch
         self._stable: Sampled[TopicPartition, int] = Sampled(
@@ -135,11 +139,22 @@ class ReplicaMetrics(ProcessMetrics):
                 self._sync_skipped.labels(each)
                 self._last_sync.setdefault(each, now)
 
-    def group_synced(self, group: str, offsets: int) -> None:
-        """A round of ``group`` completed, committing ``offsets`` offsets on the target."""
+    def group_sync_began(self, group: str) -> None:
+        """A round of ``group`` begins to read its offsets."""
+        with self._lock:
+            self._round_began[group] = self._wall()
+
+    def group_synced(self, group: str, offsets: int, waiting: int = 0) -> None:
+        """The round of ``group`` ended, committing ``offsets`` offsets on the target and
+        leaving ``waiting`` partitions as they were: not replicated up to the group's
+        offset yet. Only a round that left none waiting makes the group's sync age young
+        again, counted from when it began to read."""
         self._synced.labels(group).inc(offsets)
         with self._lock:
-            self._last_sync[group] = self._wall()
+            began = self._round_began.pop(group, None)
+            self._sync_waiting[group] = waiting
+            if waiting == 0 and began is not None:
+                self._last_sync[group] = began
 
     def group_sync_skipped(self, group: str) -> None:
         """A round left ``group`` alone: it has active members on the target."""
@@ -149,16 +164,24 @@ class ReplicaMetrics(ProcessMetrics):
         yield from super().collect()
         age = GaugeMetricFamily(
             "relay_replicate_group_sync_age_seconds",
-            "--sync-groups: seconds since the group's last completed sync round (since the "
-            "start before its first)",
+            "--sync-groups: seconds since the last sync round that synced every partition "
+            "the group consumed began (since the start before the first)",
+            labels=["group"],
+        )
+        waiting = GaugeMetricFamily(
+            "relay_replicate_group_sync_waiting_partitions",
+            "--sync-groups: partitions the group's last sync round left as they were: not "
+            "replicated up to the group's offset yet",
             labels=["group"],
         )
         with self._lock:
-            synced = dict(self._last_sync)
+            synced, left = dict(self._last_sync), dict(self._sync_waiting)
         now = self._wall()
         for each in sorted(synced):
             age.add_metric([each], max(0.0, now - synced[each]))
+            waiting.add_metric([each], left.get(each, 0))
         yield age
+        yield waiting
         lag = GaugeMetricFamily(
             "relay_replicate_lag_records",
             "The source partition's last stable offset minus the position on the target "

@@ -449,6 +449,7 @@ def test_replicate_tells_each_synced_groups_age_offsets_and_skipped_rounds() -> 
     metrics = ReplicaMetrics(wall=lambda: now[0])
     metrics.syncing(["billing", "audit"])
     now[0] = 1007.0
+    metrics.group_sync_began("billing")
     metrics.group_synced("billing", 3)
     metrics.group_sync_skipped("audit")
     now[0] = 1010.0
