@@ -7,8 +7,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from confluent_kafka import ConsumerGroupState, KafkaException, TopicCollection
 from confluent_kafka import KafkaError as LibKafkaError
-from confluent_kafka import KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewPartitions, NewTopic
 
@@ -190,9 +190,27 @@ def ensure_positions_topic(admin: AdminClient, topic: str, partitions: int, time
             ) from None
 
 
+_INACTIVE = (ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD)
+
+
 def group_members(admin: AdminClient, group: str, timeout: float, where: str) -> int:
     """How many active members consumer group ``group`` has (0: none, or no such group);
-    ``where`` names the cluster in an error."""
+    ``where`` names the cluster in an error.
+
+    The groups' listing (one request per broker) says whether ``group`` has members; only
+    then is it described (a request to its coordinator) for how many. librdkafka aborts
+    the process when a coordinator request cannot be sent because the coordinator's
+    connection dropped (confluentinc/librdkafka#4605), and these checks run after
+    failures too, when that is likely: a group without members is never described."""
+    try:
+        listing = admin.list_consumer_groups(request_timeout=timeout).result()
+    except KafkaException as exc:
+        raise translate(exc, f"listing the consumer groups on the {where}") from None
+    states = [g.state for g in listing.valid or () if g.group_id == group]
+    if not states and listing.errors:  # a broker did not answer: it may hold the group
+        raise translate(listing.errors[0], f"listing the consumer groups on the {where}")
+    if all(state in _INACTIVE for state in states):
+        return 0
     try:
         futures = admin.describe_consumer_groups([group], request_timeout=timeout)
         description = futures[group].result()
