@@ -22,7 +22,7 @@ from relay.commands.startup import (
     refuse_beside_members,
     select_partitions,
 )
-from relay.errors import ProducerFencedError, RetriableError
+from relay.errors import ConfigurationError, ProducerFencedError, RetriableError
 from relay.kafka.member_transactions import MemberTransactions
 from relay.kafka.membership import KafkaMembership
 from relay.postgres.engine import Database, open_database
@@ -90,6 +90,13 @@ class ProcessRelay:
 
     def run(self, once: bool) -> RunSummary[DrainResult]:
         shared = not once and not self._requested
+        if self._settings.member_id is not None and not (
+            shared and self._settings.process_transactions
+        ):
+            raise ConfigurationError(
+                "--member-id (RELAY_MEMBER_ID) names a member of the positions group: only "
+                "`relay run --process-transactions` without --once or --partitions joins it"
+            )
         try:
             while True:
                 summary = self._run_round(once, shared)

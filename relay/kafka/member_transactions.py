@@ -24,6 +24,13 @@ the revoke callback returns. A member that takes a partition over reads its posi
 with a read_committed consumer, which waits for a pending transactional offset commit.
 Before that, it initialises the partition's own transactional id ``<prefix>-<p>`` once,
 which fences a `--once` run or Spark task that started before it joined.
+
+A process killed with its transaction open leaves it to the broker, which aborts it after
+``transaction.timeout.ms``; until then read_committed readers of the topic partitions it
+wrote to wait. With ``--member-id NAME`` the transactional id is ``<prefix>-member-NAME``
+and the process a static member of the group (``group.instance.id`` NAME): restarted
+under the same name, it gets its relay partitions back without a rebalance, and its
+``init_transactions`` aborts what its predecessor left open at once.
 """
 
 from __future__ import annotations
@@ -78,9 +85,15 @@ class MemberTransactions:
     ) -> None:
         self._settings = settings
         self._timeout = max(settings.kafka.request_timeout_s, 30.0)
-        self.transactional_id = f"{settings.prefix}-member-{uuid.uuid4().hex[:12]}"
+        name = settings.member_id or uuid.uuid4().hex[:12]
+        self.transactional_id = f"{settings.prefix}-member-{name}"
         self._membership = KafkaMembership(
-            settings, relay_partitions, assigned=assigned, revoked=revoked, group=settings.group
+            settings,
+            relay_partitions,
+            assigned=assigned,
+            revoked=revoked,
+            group=settings.group,
+            instance_id=settings.member_id,
         )
         try:
             self.producer = Producer(self._producer_config(), logger=_librdkafka_log)

@@ -55,6 +55,7 @@ class Membership(Generic[K]):
         revoked: Callable[[Sequence[K]], None],
         paused: bool = False,
         metadata_refresh_ms: int | None = None,
+        instance_id: str | None = None,
     ) -> None:
         self._assigned, self._revoked, self._paused = assigned, revoked, paused
         self._group = group
@@ -73,6 +74,8 @@ class Membership(Generic[K]):
         }
         if metadata_refresh_ms is not None:  # how soon partitions added are assigned
             config["topic.metadata.refresh.interval.ms"] = metadata_refresh_ms
+        if instance_id is not None:  # a static member: keeps its partitions over a restart
+            config["group.instance.id"] = instance_id
         try:
             self._consumer = Consumer(config, logger=_librdkafka_log)
         except KafkaException as exc:
@@ -159,9 +162,11 @@ class KafkaMembership(Membership[int]):
         assigned: Partitions,
         revoked: Partitions,
         group: str | None = None,
+        instance_id: str | None = None,
     ) -> None:
         """``group``: the group to join (default: the members group; the positions group
-        with --process-transactions, :mod:`relay.kafka.member_transactions`)."""
+        with --process-transactions, :mod:`relay.kafka.member_transactions`);
+        ``instance_id``: a static member's name (``--member-id``)."""
         super().__init__(
             settings.kafka,
             group or settings.members_group,
@@ -169,6 +174,7 @@ class KafkaMembership(Membership[int]):
             assigned=assigned,
             revoked=revoked,
             paused=True,  # the positions topic: only its committed offsets matter
+            instance_id=instance_id,
         )
         self._topic = settings.positions_topic
         self._count = relay_partitions

@@ -24,6 +24,7 @@ from relay.settings.spec import (
     Setting,
     boolean,
     describe,
+    kafka_name,
     names,
     non_empty,
     seconds,
@@ -190,6 +191,19 @@ PROCESS_TRANSACTIONS = Setting(
     "(KIP-447), instead of one per relay partition",
     const=True,
 )
+MEMBER_ID = Setting(
+    "member_id",
+    "RELAY_MEMBER_ID",
+    "--member-id",
+    kafka_name,
+    help="with --process-transactions: this process's name in the positions group, stable "
+    "across its restarts (a StatefulSet pod's name, say): it keeps its relay partitions "
+    "over a restart within the session timeout, and a restart aborts the transaction its "
+    "killed predecessor left open at once, instead of after transaction.timeout.ms. Each "
+    "process needs its own; a second process with the same name stops the first",
+    default_doc="none: a random transactional id per start",
+    metavar="NAME",
+)
 CLOUDEVENTS_TOPICS = Setting(
     "cloudevents_topics",
     "RELAY_CLOUDEVENTS_TOPICS",
@@ -227,6 +241,7 @@ RELAY = (
     MISSING_TOPIC_WAIT,
     FENCE_MEMBERS,
     PROCESS_TRANSACTIONS,
+    MEMBER_ID,
     CLOUDEVENTS_TOPICS,
     CLOUDEVENTS_SOURCE,
 )
@@ -255,6 +270,7 @@ class RelaySettings:
     missing_topic_wait_s: float = MISSING_TOPIC_WAIT.default
     fence_members: bool = FENCE_MEMBERS.default
     process_transactions: bool = PROCESS_TRANSACTIONS.default
+    member_id: str | None = MEMBER_ID.default  # None: a random transactional id per start
     cloudevents_topics: tuple[str, ...] = CLOUDEVENTS_TOPICS.default
     cloudevents_source: str | None = CLOUDEVENTS_SOURCE.default  # None: the database's URL
     metrics_port: int | None = METRICS_PORT.default  # None: no /metrics, /healthz, /readyz

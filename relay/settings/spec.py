@@ -232,6 +232,18 @@ def uri_reference(raw: str) -> str:
     return raw
 
 
+def kafka_name(raw: str) -> str:
+    """A name Kafka accepts in a group instance id and a transactional id: letters,
+    digits, ``.``, ``_`` and ``-``, at most 200 characters."""
+    if (
+        not raw
+        or len(raw) > 200
+        or not all(c.isascii() and (c.isalnum() or c in "._-") for c in raw)
+    ):
+        raise Invalid(f"must be 1 to 200 letters, digits, '.', '_' or '-', got {raw!r}")
+    return raw
+
+
 def names(raw: str) -> tuple[str, ...]:
     """``a, b`` as ``("a", "b")``."""
     return tuple(part.strip() for part in raw.split(",") if part.strip())

@@ -14,6 +14,7 @@ import signal
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 from relay.devenv.waiting import wait_until
 from tests.integration.support import (
@@ -31,6 +32,23 @@ _PROCESS = {"RELAY_PROCESS_TRANSACTIONS": "true", "RELAY_MEMBER_SESSION_TIMEOUT_
 
 def _drained(env: RelayTestEnv) -> bool:
     return env.sql("SELECT count(*) FROM outbox") == [(0,)]
+
+
+def _ends(bootstrap: str, topic: str, isolation: str) -> dict[int, int]:
+    """Each partition's end as a consumer of ``isolation`` sees it: the high watermark
+    (read_uncommitted), or the last stable offset (read_committed), which an open
+    transaction holds back at its first record."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "ends", "isolation.level": isolation}
+    )
+    try:
+        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), 30, cached=False)[1]
+            for p in partitions
+        }
+    finally:
+        consumer.close()
 
 
 def _stopped(pid: int) -> bool:
@@ -148,3 +166,69 @@ def test_a_member_that_joins_while_a_once_run_publishes_fences_it(
                 process.wait(60)
     assert "ERROR" not in log.read_text(), log.read_text()
     assert_exactly_once_in_order(read_committed(env.bootstrap_servers, topic), ids)
+
+
+@pytest.mark.long(50)
+def test_a_member_restarted_under_its_name_aborts_the_transaction_it_left_open(
+    relay_env: RelayTestEnv, topic: str, tmp_path: Path
+) -> None:
+    """A (--member-id m1) is killed with its transaction's records on the broker, which
+    hold read_committed readers back. Restarted under the same name, its
+    init_transactions aborts that transaction at once: the readers see past it in
+    seconds, not after transaction.timeout.ms (60 s here), and every row is published
+    once."""
+    env = relay_env
+    held = tmp_path / "held"
+    named = {**_PROCESS, "RELAY_MEMBER_ID": "m1", "RELAY_TRANSACTION_TIMEOUT_MS": "60000"}
+    a_log, b_log = tmp_path / "a.log", tmp_path / "b.log"
+    a = start_relay(
+        env, "run", log=a_log, RELAY_FAILPOINTS=f"before_commit=hold,once={held}", **named
+    )
+    b = None
+
+    def explain() -> str:
+        return "\n".join(
+            f"--- {p.name}\n{p.read_text()[-5000:]}" for p in (a_log, b_log) if p.exists()
+        )
+
+    def held_back() -> dict[int, tuple[int, int]]:
+        """The partitions whose last stable offset is below their high watermark."""
+        stable = _ends(env.bootstrap_servers, topic, "read_committed")
+        high = _ends(env.bootstrap_servers, topic, "read_uncommitted")
+        return {p: (stable[p], high[p]) for p in high if stable[p] < high[p]}
+
+    try:
+        wait_until(lambda: "taking relay partitions [0, 1, 2, 3]" in a_log.read_text(), 60, "A")
+        ids = write_events(env.database_url, topic, 200)
+        wait_until(held.exists, 60, "A to hold its transaction open", explain)
+        wait_until(lambda: bool(held_back()), 30, "A's records to reach the broker", explain)
+        a.kill()
+        a.wait(30)
+        left_open = held_back()
+        b = start_relay(env, "run", log=b_log, **named)
+        wait_until(
+            lambda: all(
+                stable >= left_open[p][1]
+                for p, stable in _ends(env.bootstrap_servers, topic, "read_committed").items()
+                if p in left_open
+            ),
+            20,
+            f"the restart to abort the transaction left open {left_open}",
+            explain,
+        )
+        wait_until(lambda: _drained(env), 60, "the restarted member to publish", explain)
+    finally:
+        for member in (a, b):
+            if member is not None and member.poll() is None:
+                member.terminate()
+                member.wait(90)
+    assert_exactly_once_in_order(read_committed(env.bootstrap_servers, topic), ids)
+
+
+def test_member_id_is_refused_where_no_member_of_the_positions_group_runs(
+    relay_env: RelayTestEnv,
+) -> None:
+    refused = run_relay(relay_env, "run", "--once", "--member-id", "m1", timeout=60)
+    assert refused.returncode == 2, refused.stderr
+    last = refused.stderr.strip().splitlines()[-1]
+    assert "--member-id (RELAY_MEMBER_ID) names a member of the positions group" in last, last

@@ -15,7 +15,7 @@ from relay.errors import ConfigurationError
 from relay.settings.connections import CONNECTIONS, KAFKA, METRICS, KafkaSettings
 from relay.settings.mirror import MIRROR, load_mirror_settings
 from relay.settings.registry import REGISTRY, load_registry_settings
-from relay.settings.relay import DATABASE_PREFIX, RELAY, load_settings
+from relay.settings.relay import DATABASE_PREFIX, MEMBER_ID, RELAY, load_settings
 from relay.settings.replicate import REPLICATE, SELECTION, SOURCE, TARGET, load_replicate_settings
 from relay.settings.spec import Given, Setting, declared_twice, whole
 from relay.settings.status import STATUS
@@ -142,6 +142,7 @@ def test_no_secret_shows_a_default_or_its_value() -> None:
         (MIRROR[2], "0", "must be positive, got 0"),
         (METRICS[0], "70000", "must be a TCP port (1..65535), got 70000"),
         (CONNECTIONS[0], "mysql://u:pw@h/db", "must point at PostgreSQL, got 'mysql'"),
+        (MEMBER_ID, "pod 1", "must be 1 to 200 letters, digits, '.', '_' or '-', got 'pod 1'"),
     ],
     ids=lambda v: getattr(v, "env", str(v)),
 )
