@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,11 @@ def _ends(bootstrap: str, topic: str, isolation: str) -> dict[int, int]:
         consumer.close()
 
 
+def _tails(*logs: Path) -> str:
+    """The end of each member's log, for a failure's message."""
+    return "\n".join(f"--- {p.name}\n{p.read_text()[-5000:]}" for p in logs if p.exists())
+
+
 def _stopped(pid: int) -> bool:
     with open(f"/proc/{pid}/stat") as stat:
         return stat.read().rsplit(")", 1)[1].split()[0] == "T"
@@ -72,11 +78,7 @@ def test_a_member_paused_in_its_transaction_cannot_commit_after_the_group_moved_
         env, "run", log=a_log, RELAY_FAILPOINTS=f"before_commit=stop,once={paused}", **_PROCESS
     )
     b = None
-
-    def explain() -> str:
-        return "\n".join(
-            f"--- {p.name}\n{p.read_text()[-5000:]}" for p in (a_log, b_log) if p.exists()
-        )
+    explain = partial(_tails, a_log, b_log)
 
     try:
         wait_until(lambda: "taking relay partitions [0, 1, 2, 3]" in a_log.read_text(), 60, "A")
@@ -185,11 +187,7 @@ def test_a_member_restarted_under_its_name_aborts_the_transaction_it_left_open(
         env, "run", log=a_log, RELAY_FAILPOINTS=f"before_commit=hold,once={held}", **named
     )
     b = None
-
-    def explain() -> str:
-        return "\n".join(
-            f"--- {p.name}\n{p.read_text()[-5000:]}" for p in (a_log, b_log) if p.exists()
-        )
+    explain = partial(_tails, a_log, b_log)
 
     def held_back() -> dict[int, tuple[int, int]]:
         """The partitions whose last stable offset is below their high watermark."""
