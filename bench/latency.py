@@ -7,16 +7,20 @@ per transaction (the INSERT of ``relay.publish``) at a fixed rate (1,000 events/
 INSERT and COMMIT (so the commit itself is inside the latency). Measured: the time until
 a read_committed consumer (a thread of this process) receives the record, and until the
 mirror inserts the row (its ``applied_at`` column defaults to clock_timestamp(), inside the
-mirror's transaction; same host, same clock). Two variants: the defaults with the
-benchmark's 8 relay partitions, and 2 relay partitions (a quarter of the Kafka
-transactions per second for the same events: on this machine the broker's transactions,
-not the relay's polling, set the latency).
+mirror's transaction; same host, same clock). Variants: the defaults with the
+benchmark's 8 relay partitions; 2 relay partitions (a quarter of the Kafka transactions
+per second for the same events: on this machine the broker's transactions, not the
+relay's polling, set the latency); one Kafka transaction per process and cycle; and the
+defaults without the mirror (``relay_alone``), so that what the mirror's share of the
+two cores costs and the relay's own latency are told apart. Each variant also reports
+how busy the machine's cores were while the writer ran, and the CPU `relay run` used.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import os
 import subprocess
 import threading
 import time
@@ -68,12 +72,15 @@ VARIANTS = {
     "defaults": RELAY_PARTITIONS,
     "2_relay_partitions": 2,
     "process_transactions": RELAY_PARTITIONS,
+    "relay_alone": RELAY_PARTITIONS,
 }
 """Variant name -> relay partitions (the relay's and the mirror's settings are defaults,
 but for those of VARIANT_ENV)."""
 VARIANT_ENV = {"process_transactions": {"RELAY_PROCESS_TRANSACTIONS": "true"}}
 """Variant name -> the relay's settings that differ (`relay run --process-transactions`:
 one Kafka transaction per process and cycle)."""
+WITHOUT_MIRROR = frozenset({"relay_alone"})
+"""Variants that run no `relay mirror` (their mirror latency is not measured)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +89,37 @@ class Plan:
     variants: tuple[str, ...]
 
 
-FULL = Plan(60, ("defaults", "2_relay_partitions", "process_transactions"))
-QUICK = Plan(10, ("defaults", "2_relay_partitions", "process_transactions"))
+FULL = Plan(60, tuple(VARIANTS))
+QUICK = Plan(10, tuple(VARIANTS))
+
+
+@dataclass(frozen=True, slots=True)
+class CpuTimes:
+    """The machine's busy and total jiffies (/proc/stat) and a process's (utime + stime)."""
+
+    busy: int
+    total: int
+    process: int
+
+    @classmethod
+    def now(cls, pid: int) -> CpuTimes:
+        with open("/proc/stat") as stat:
+            fields = [int(v) for v in stat.readline().split()[1:]]
+        idle = fields[3] + fields[4]  # idle, iowait
+        with open(f"/proc/{pid}/stat") as stat:
+            after_name = stat.read().rsplit(")", 1)[1].split()
+        return cls(sum(fields) - idle, sum(fields), int(after_name[11]) + int(after_name[12]))
+
+    def since(self, before: CpuTimes, seconds: float) -> dict[str, float]:
+        """The cores' busy share (%) and the process's CPU (% of one core) in between."""
+        ticks = os.sysconf("SC_CLK_TCK")
+        total = max(1, self.total - before.total)
+        return {
+            "machine_busy_pct": round(100 * (self.busy - before.busy) / total, 1),
+            "relay_cpu_pct_of_a_core": round(
+                100 * (self.process - before.process) / ticks / seconds, 1
+            ),
+        }
 
 
 class Receiver(threading.Thread):
@@ -211,18 +247,29 @@ def measure(admin_url: str, bootstrap: str, seconds: float, variant: str) -> dic
             )
             procs: list[subprocess.Popen[bytes]] = []
             try:  # the processes stop before their database is dropped, on errors too
+                mirrors = variant not in WITHOUT_MIRROR
                 with (WORKDIR / f"latency-{variant}.log").open("wb") as out:
-                    for args in (("run",), ("mirror",)):
+                    for args in (("run",), ("mirror",)) if mirrors else (("run",),):
                         procs.append(
                             subprocess.Popen(relay_cli(*args), env=env, stdout=out, stderr=out)
                         )
                 receiver.start()
                 receiver.ready.wait(30)
-                write(url, topic, 1, WARM_UP_EVENTS, 100)  # both running, the group assigned
-                wait_until(lambda: _mirrored(url, 0) >= WARM_UP_EVENTS, 60, "the warm-up events")
+                write(url, topic, 1, WARM_UP_EVENTS, 100)  # all running, the group assigned
+                wait_until(
+                    lambda: (
+                        (_mirrored(url, 0) if mirrors else len(receiver.latencies))
+                        >= WARM_UP_EVENTS
+                    ),
+                    60,
+                    "the warm-up events",
+                )
                 count = int(RATE * seconds)
+                before = CpuTimes.now(procs[0].pid)
                 took = write(url, topic, FIRST_MEASURED, count, RATE)
-                wait_until(lambda: _mirrored(url, FIRST_MEASURED) >= count, 30, "the mirror")
+                cpu = CpuTimes.now(procs[0].pid).since(before, took)
+                if mirrors:
+                    wait_until(lambda: _mirrored(url, FIRST_MEASURED) >= count, 30, "the mirror")
                 wait_until(
                     lambda: sum(n >= FIRST_MEASURED for n in list(receiver.latencies)) >= count,
                     30,
@@ -250,8 +297,10 @@ def measure(admin_url: str, bootstrap: str, seconds: float, variant: str) -> dic
         "relay_partitions": partitions,
         "kafka": {"received": len(kafka), **_summary(kafka)},
         "commit_markers_per_s": round(receiver.markers / took, 1),
-        "mirror": {"applied": len(mirrored), **_summary(mirrored)},
+        **cpu,
     }
+    if mirrored:
+        result["mirror"] = {"applied": len(mirrored), **_summary(mirrored)}
     log(f"latency {variant}: {json.dumps(result)}")
     return result
 
@@ -270,8 +319,9 @@ def run(admin_url: str, bootstrap: str, quick: bool) -> Outcome:
     outcome = Outcome()
     for variant, got in figures.items():
         for target in ("kafka", "mirror"):
-            part = got[target]
-            assert isinstance(part, dict)
+            part = got.get(target)
+            if not isinstance(part, dict):
+                continue  # no mirror in this variant
             outcome.rows.append(
                 Row(
                     f"latency p99 commit -> {target}, {variant} ({RATE} ev/s)",
@@ -283,9 +333,13 @@ def run(admin_url: str, bootstrap: str, quick: bool) -> Outcome:
     defaults = figures["defaults"]
     kafka, mirrored = defaults["kafka"], defaults["mirror"]
     assert isinstance(kafka, dict) and isinstance(mirrored, dict)
+    alone = figures["relay_alone"]["kafka"]
+    assert isinstance(alone, dict)
     outcome.headline.update(
         latency_p99_ms=kafka["p99_ms"],
         mirror_latency_p99_ms=mirrored["p99_ms"],
+        latency_relay_alone_p99_ms=alone["p99_ms"],
+        latency_machine_busy_pct=defaults["machine_busy_pct"],
         latency_seconds=plan.seconds,
     )
     outcome.raw["latency"] = figures
