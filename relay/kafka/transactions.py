@@ -47,28 +47,6 @@ CommitError = Callable[[KafkaException, str], Exception]
 is the second argument) into the error to raise."""
 
 
-def commit_with_offset(
-    producer: Producer,
-    offset: TopicPartition,
-    group: Consumer,
-    *,
-    timeout: float,
-    commit_error: CommitError,
-    where: str,
-) -> None:
-    """Add ``offset`` (for ``group``'s consumer group) to the open transaction and commit
-    it; a commit that fails retriably without needing an abort is tried again, up to
-    COMMIT_ATTEMPTS times, after which its outcome is unknown (AmbiguousCommitError)."""
-    commit_with_offsets(
-        producer,
-        [offset],
-        group.consumer_group_metadata(),
-        timeout=timeout,
-        commit_error=commit_error,
-        where=where,
-    )
-
-
 def commit_with_offsets(
     producer: Producer,
     offsets: list[TopicPartition],
@@ -78,9 +56,11 @@ def commit_with_offsets(
     commit_error: CommitError,
     where: str,
 ) -> None:
-    """:func:`commit_with_offset` for several offsets of the group ``group_metadata``
-    describes (``consumer_group_metadata()``: a member's carries its generation, which the
-    broker checks)."""
+    """Add ``offsets`` (for the consumer group ``group_metadata`` describes:
+    ``consumer_group_metadata()``; a member's carries its generation, which the broker
+    checks) to the open transaction and commit it; a commit that fails retriably without
+    needing an abort is tried again, up to COMMIT_ATTEMPTS times, after which its outcome
+    is unknown (AmbiguousCommitError)."""
     try:
         producer.send_offsets_to_transaction(offsets, group_metadata, timeout)
     except KafkaException as exc:
@@ -136,6 +116,10 @@ class TransactionalProducer:
             self._positions = positions()
         except KafkaException as exc:
             raise self._rejected(exc) from None
+        # The positions consumer never joins its group: its metadata (no member, generation
+        # -1) never changes. Asked once: librdkafka answers it from its main thread, and
+        # confluent-kafka waits for that holding the GIL, which stalls every other thread.
+        self._group_metadata = self._positions.consumer_group_metadata()
         self._producer = self._build()
 
     def _rejected(self, exc: KafkaException) -> ConfigurationError:
@@ -188,10 +172,10 @@ class TransactionalProducer:
             self._delivery_error = err
 
     def _commit_offset(self, offset: TopicPartition) -> None:
-        commit_with_offset(
+        commit_with_offsets(
             self._producer,
-            offset,
-            self._positions,
+            [offset],
+            self._group_metadata,
             timeout=self._timeout,
             commit_error=self._commit_error,
             where=self._where,
