@@ -22,9 +22,17 @@ Tops = Callable[[Sequence[int]], Mapping[int, int]]
 class CommitWatch:
     """Wake-ups per relay partition, fed by :meth:`run` (a thread of its own)."""
 
-    def __init__(self, partitions: Sequence[int], tops: Tops, interval_s: float) -> None:
+    def __init__(
+        self,
+        partitions: Sequence[int],
+        tops: Tops,
+        interval_s: float,
+        close: Callable[[], None] = lambda: None,
+    ) -> None:
+        """``close``: run when :meth:`run` ends (what ``tops`` keeps open)."""
         self._partitions = list(partitions)
         self._tops = tops
+        self._close = close
         self._interval_s = interval_s
         self._wakeups = {p: threading.Event() for p in self._partitions}
         self._seen: dict[int, int] = {}
@@ -50,9 +58,12 @@ class CommitWatch:
         return moved
 
     def run(self, stop: threading.Event) -> None:
-        while not stop.wait(self._interval_s):
-            try:
-                self.check()
-            except RetriableError as exc:  # polling goes on meanwhile
-                log.debug("watching the outbox: %s", exc)
-        self.wake_all()
+        try:
+            while not stop.wait(self._interval_s):
+                try:
+                    self.check()
+                except RetriableError as exc:  # polling goes on meanwhile
+                    log.debug("watching the outbox: %s", exc)
+        finally:
+            self._close()
+            self.wake_all()

@@ -26,7 +26,7 @@ from relay.errors import ConfigurationError, ProducerFencedError, RetriableError
 from relay.kafka.member_transactions import MemberTransactions
 from relay.kafka.membership import KafkaMembership
 from relay.postgres.engine import Database, open_database
-from relay.postgres.outbox_partitions import committed_tops, relay_partitions
+from relay.postgres.outbox_partitions import CommittedTops, relay_partitions
 from relay.postgres.outbox_status import outbox_status
 from relay.publishing.partition_relay import PartitionRelay
 from relay.publishing.types import DrainResult, PositionOwner
@@ -332,11 +332,8 @@ class ProcessRelay:
 def _commit_watch(
     settings: RelaySettings, database: Database, partitions: Iterable[int]
 ) -> CommitWatch:
-    return CommitWatch(
-        list(partitions),
-        partial(committed_tops, database),
-        settings.commit_watch_s,
-    )
+    tops = CommittedTops(database)
+    return CommitWatch(list(partitions), tops, settings.commit_watch_s, tops.close)
 
 
 def backlog(database: Database, positions: Mapping[int, int]) -> dict[int, Backlog]:
