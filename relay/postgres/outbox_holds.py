@@ -5,10 +5,13 @@ its batch is retried (``relay status``; migration ``0011_outbox_stalls``)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from sqlalchemy import Connection, text
 
+from relay.postgres.prepared import DriverStatement
 from relay.publishing.types import OutboxRecord
 
 DEAD_LETTER = text(
@@ -30,7 +33,7 @@ DEAD_LETTER = text(
 # The first dead letter of each key (any relay partition: a key keeps its order across a
 # change of the partition count), from the partial index outbox_dead_letters_key: of every
 # key while they are few (usually none: one probe of an empty index), else of the batch's.
-_FOLLOWED_ALL = text(
+_FOLLOWED_ALL = DriverStatement(
     """
     SELECT DISTINCT ON (key) key, seq, id FROM outbox_dead_letters
     WHERE key IS NOT NULL ORDER BY key, seq, id LIMIT :limit
@@ -69,7 +72,7 @@ def with_followed(conn: Connection, records: list[OutboxRecord]) -> list[OutboxR
     keys = {r.key for r in records if r.key is not None}
     if not keys:
         return records
-    rows = conn.execute(_FOLLOWED_ALL, {"limit": FEW_KEYS + 1}).tuples().all()
+    rows: Sequence[tuple[Any, ...]] = _FOLLOWED_ALL.rows(conn, {"limit": FEW_KEYS + 1})
     if len(rows) > FEW_KEYS:
         rows = conn.execute(_FOLLOWED, {"keys": list(keys)}).tuples().all()
     found = {bytes(key): (int(seq), int(letter)) for key, seq, letter in rows}

@@ -9,16 +9,17 @@ from dataclasses import replace
 
 from sqlalchemy import Connection, text
 
+from relay.postgres.prepared import DriverStatement
 from relay.publishing.types import Settled
 
 # How far the partition is settled: every position at or below it is committed and
 # visible, or will never exist. NULL when a writer that does not finish holds it up.
-_HORIZON = text("SELECT outbox_horizon(:partition), NULL, NULL, NULL")
+_HORIZON = DriverStatement("SELECT outbox_horizon(:partition), NULL, NULL, NULL")
 # With it, for heartbeats: the database time as of which that holds for every commit, the
 # partition's highest position at or below it, and the relay partition count. About a
 # third slower (0.1-0.2 ms); only a relay that sends heartbeats asks it. Milliseconds
 # rounded down: a time rounded up could pass a commit made just after the lock was let go.
-_HORIZON_AS_OF = text(
+_HORIZON_AS_OF = DriverStatement(
     "SELECT horizon, top, floor(extract(epoch FROM as_of) * 1000)::int8, partitions "
     "FROM outbox_horizon_as_of(:partition)"
 )
@@ -56,8 +57,7 @@ class Horizons:
         """The partition's settled position, or the last one learnt when a writer holds
         it up; in a transaction of its own (``conn`` is in autocommit), which releases the
         partition's lock at once."""
-        found, top, as_of_ms, partitions = conn.execute(self._query, {"partition": partition}).one()
-        conn.commit()
+        ((found, top, as_of_ms, partitions),) = self._query.rows(conn, {"partition": partition})
         if found is not None:
             self._learnt[partition] = int(found)
             self._held_up_since.pop(partition, None)

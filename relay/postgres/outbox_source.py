@@ -7,12 +7,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Connection, Row, text
+from sqlalchemy import Connection, text
 
 from relay.errors import InvalidEventError
 from relay.postgres.engine import Database
 from relay.postgres.outbox_holds import CLEAR_STALL, DEAD_LETTER, RECORD_STALL, with_followed
 from relay.postgres.outbox_horizon import HELD_UP_WARNING_S, Horizons
+from relay.postgres.prepared import DriverStatement
 from relay.publishing.events import decode_headers_json
 from relay.publishing.types import Headers, OutboxIdentity, OutboxRecord, Settled
 
@@ -25,7 +26,7 @@ from relay.publishing.types import Headers, OutboxIdentity, OutboxRecord, Settle
 # the row after :after_id, when that is the id of the row at :after (else 0, its first
 # row). A marker none of whose rows are left in range (dead-lettered) yields one row of
 # NULLs with its last position, so that the reader moves past it.
-_FETCH = text(
+_FETCH = DriverStatement(
     """
     WITH markers AS (
       SELECT c.*, sum(c.positions) OVER (ORDER BY c.last_seq) - c.positions AS before
@@ -206,7 +207,7 @@ class PostgresOutboxSource:
 
     def _read(
         self, conn: Connection, partition: int, after: int, up_to: int, limit: int
-    ) -> list[Row[Any]]:
+    ) -> list[tuple[Any, ...]]:
         """Up to ``limit`` rows, position order: (id, position, topic, key, value,
         event type, headers JSON, created_at ms, committed_at ms (None: not known),
         position reached); id None for a marker
@@ -219,16 +220,16 @@ class PostgresOutboxSource:
             "up_to": up_to,
             "limit": limit,
         }
-        rows: list[Row[Any]] = []
+        rows: list[tuple[Any, ...]] = []
         if partition not in self._without_legacy:
-            rows = list(conn.execute(_FETCH_LEGACY, params).all())
+            rows = [tuple(row) for row in conn.execute(_FETCH_LEGACY, params)]
             if not rows and not conn.execute(_HAS_LEGACY, params).scalar_one():
                 self._without_legacy.add(partition)
         if len(rows) < limit:
-            rows += conn.execute(_FETCH, {**params, "limit": limit - len(rows)}).all()
+            rows += _FETCH.rows(conn, {**params, "limit": limit - len(rows)})
         return rows
 
-    def _records(self, partition: int, rows: list[Row[Any]]) -> list[OutboxRecord]:
+    def _records(self, partition: int, rows: list[tuple[Any, ...]]) -> list[OutboxRecord]:
         """The rows as records; unreadable ones are dead-lettered."""
         records: list[OutboxRecord] = []
         unreadable: dict[int, str] = {}
