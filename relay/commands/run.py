@@ -9,7 +9,7 @@ from __future__ import annotations
 import gc
 import logging
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from functools import partial
 
@@ -20,6 +20,7 @@ from relay.commands.startup import (
     check_environment,
     for_database,
     refuse_beside_members,
+    refuse_mixed_sharing,
     select_partitions,
 )
 from relay.errors import ConfigurationError, ProducerFencedError, RetriableError
@@ -118,6 +119,7 @@ class ProcessRelay:
                 self._alone = "relay run --once" if once else "relay run --partitions"
                 refuse_beside_members(settings, self._alone)
             if shared:
+                refuse_mixed_sharing(settings)
                 log.info(
                     "sharing the %d relay partitions with the other members of group %s",
                     count,
@@ -263,7 +265,13 @@ class ProcessRelay:
         watch: CommitWatch,
         transactions: MemberTransactions | None = None,
     ) -> DrainResult:
-        alone = None if transactions is not None or not self._alone else self._alone
+        after_fence: Callable[[], None] | None = None  # a member fences: nothing to check
+        if transactions is None:  # beside members of the other kind, or a run of its own
+            after_fence = (
+                partial(refuse_beside_members, settings, self._alone, fenced=True)
+                if self._alone
+                else partial(refuse_mixed_sharing, settings)
+            )
         relay = build_partition_relay(
             settings,
             owner,
@@ -273,9 +281,7 @@ class ProcessRelay:
             clock=self._clock,
             observer=self.metrics,
             transactions=transactions,
-            after_fence=None
-            if alone is None
-            else partial(refuse_beside_members, settings, alone, fenced=True),
+            after_fence=after_fence,
         )
         try:
             if once:

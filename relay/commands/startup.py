@@ -103,6 +103,40 @@ def refuse_beside_members(settings: RelaySettings, what: str, *, fenced: bool = 
     )
 
 
+def refuse_mixed_sharing(settings: RelaySettings) -> None:
+    """`relay run` processes share the relay partitions one of two ways: through the
+    members group, each relay partition in transactions of its own, or as members of the
+    positions group (``--process-transactions``). Side by side the two kinds would
+    publish rows twice: a member fences a relay partition's own transactional id only
+    when it takes the partition, not a process of the other kind that starts on it later.
+    So a process refuses to start beside processes of the other kind, and one of the
+    first kind checks again after each fence of a partition's producer (``settings`` as
+    :func:`for_database` returns them)."""
+    other = settings.members_group if settings.process_transactions else settings.group
+    try:
+        running = active_members(settings, other)
+    except KafkaError as exc:
+        if exc.code != "GROUP_AUTHORIZATION_FAILED":
+            raise
+        running = 0
+    if not running:
+        return
+    processes = "1 process" if running == 1 else f"{running} processes"
+    if settings.process_transactions:
+        raise ConfigurationError(
+            f"relay run --process-transactions: {processes} without --process-transactions "
+            f"share the relay partitions (group {other}); beside them this one would publish "
+            "rows twice: stop them first (every process of an outbox takes the same "
+            "RELAY_PROCESS_TRANSACTIONS)"
+        )
+    raise ConfigurationError(
+        f"relay run: {processes} with --process-transactions (members of group {other}) "
+        "publish the relay partitions; beside them this one would publish rows twice: run "
+        "it with --process-transactions too (every process of an outbox takes the same "
+        "RELAY_PROCESS_TRANSACTIONS), or stop them first"
+    )
+
+
 def select_partitions(requested: Sequence[int] | None, partitions: int) -> list[int]:
     if not requested:
         return list(range(partitions))

@@ -57,6 +57,10 @@ def _tails(*logs: Path) -> str:
     return "\n".join(f"--- {p.name}\n{p.read_text()[-5000:]}" for p in logs if p.exists())
 
 
+def _says(log: Path, text: str) -> bool:
+    return text in log.read_text()
+
+
 def _stopped(pid: int) -> bool:
     with open(f"/proc/{pid}/stat") as stat:
         return stat.read().rsplit(")", 1)[1].split()[0] == "T"
@@ -230,3 +234,36 @@ def test_member_id_is_refused_where_no_member_of_the_positions_group_runs(
     assert refused.returncode == 2, refused.stderr
     last = refused.stderr.strip().splitlines()[-1]
     assert "--member-id (RELAY_MEMBER_ID) names a member of the positions group" in last, last
+
+
+@pytest.mark.long(40)
+def test_processes_with_and_without_process_transactions_refuse_to_share_an_outbox(
+    relay_env: RelayTestEnv, topic: str, tmp_path: Path
+) -> None:
+    """Side by side, the two kinds would publish rows twice (a member fences a relay
+    partition's own transactional id only when it takes it): whichever starts second
+    refuses with exit 2, and the rows are published once."""
+    env = relay_env
+    plain = {"RELAY_MEMBER_SESSION_TIMEOUT_MS": _SESSION_MS}
+    ids: set[int] = set()
+    group = f"{env.prefix}-positions"  # with --process-transactions; + ".members" without
+    cases = (  # who runs first, who is refused, and what it says
+        (_PROCESS, plain, f"1 process with --process-transactions (members of group {group})"),
+        (plain, _PROCESS, f"without --process-transactions share the relay partitions (group {group}"),  # noqa: E501
+    )  # fmt: skip
+    for first, second, said in cases:
+        log = tmp_path / f"first-{len(ids)}.log"
+        running = start_relay(env, "run", log=log, **first)
+        try:
+            wait_until(partial(_says, log, "taking relay partitions ["), 60, "the first")
+            ids |= write_events(env.database_url, topic, 50)
+            refused = run_relay(env, "run", timeout=60, **second)
+            assert refused.returncode == 2, refused.stderr
+            last = refused.stderr.strip().splitlines()[-1]
+            assert said in last and "would publish rows twice" in last, last
+            wait_until(lambda: _drained(env), 60, "the first to publish", log.read_text)
+        finally:
+            running.terminate()
+            running.wait(60)
+        assert running.returncode == 0, log.read_text()
+    assert_exactly_once_in_order(read_committed(env.bootstrap_servers, topic), ids)
