@@ -25,6 +25,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor
 from operator import attrgetter
 from typing import TypeVar
 
@@ -90,6 +91,7 @@ class PartitionReplicator:
         owner: PositionStamp | None = None,
         heartbeat_s: float = 0.0,
         wall: Callable[[], float] = time.time,
+        checks: Executor | None = None,
     ) -> None:
         self.route = route
         self._reader = reader
@@ -109,7 +111,7 @@ class PartitionReplicator:
         self._committed_at = 0.0
         self._unsettled = False  # a transaction failed: restart before the next batch
         self._freshness = Freshness(heartbeat_s, self._clock, wall)  # every heartbeat_s
-        self._checks = BatchChecks(route)
+        self._checks = BatchChecks(route, checks)  # on the run's pool, if given
 
     @property
     def next_offset(self) -> int:
