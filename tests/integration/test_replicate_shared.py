@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from relay.errors import ConfigurationError
-from relay.replication.partition_replicator import READY
+from relay.replication.startup import READY
 from relay.settings.replicate import load_replicate_settings
 from tests.integration.replicate_support import (
     ReplicaEnv,
