@@ -35,12 +35,8 @@ def fenced_start(
     the fence."""
     committed = writer.fence()
     now = clock.monotonic()
-    mine = PositionStamp(
-        origin,
-        owner.cluster_id,
-        ids.source(route.topic, now),
-        ids.target(route.target_topic, now),
-        owner.prefix,
+    mine = described_stamp(
+        origin, route, ids, now, cluster_id=owner.cluster_id, prefix=owner.prefix
     )
     next_offset, stamp = checked_start_read_again(
         route,
@@ -59,3 +55,23 @@ def fenced_start(
         extra={"topic": route.topic, "partition": route.partition, "offset": next_offset},
     )
     return next_offset, stamp
+
+
+def described_stamp(
+    origin: Origin,
+    route: Route,
+    ids: TopicIds,
+    now: float,
+    *,
+    cluster_id: str | None,
+    prefix: str | None,
+) -> PositionStamp:
+    """The stamp of a replicator with the source cluster's ``cluster_id`` and ``prefix``,
+    with both topics' ids as described at or after ``now`` (after the fence)."""
+    return PositionStamp(
+        origin,
+        cluster_id,
+        ids.source(route.topic, now),
+        ids.target(route.target_topic, now),
+        prefix,
+    )
