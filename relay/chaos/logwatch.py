@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from relay.publishing.partition_relay import READY as RELAY_READY
-from relay.replication.partition_replicator import READY as REPLICA_READY
+from relay.replication.startup import READY as REPLICA_READY
 
 _ROUTE_FENCED = re.compile(rf"(\S+\[\d+\]): {re.escape(REPLICA_READY)}; copying from offset")
 _RELAY_FENCED = re.compile(rf"relay partition (\d+): {re.escape(RELAY_READY)}")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, Executor, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -26,6 +26,7 @@ from relay.kafka.replica_copies import KafkaTopicIds
 from relay.kafka.replica_reader import KafkaSourceReader, last_stable_offsets
 from relay.kafka.replica_topics import ReplicatedTopic, TopicPlanner
 from relay.kafka.replica_writer import KafkaReplicaWriter
+from relay.replication.batch_check import check_pool
 from relay.replication.partition_replicator import PartitionReplicator
 from relay.replication.ports import ReplicaObserver, TopicIds
 from relay.replication.types import Origin, PositionStamp, ReplicaResult, Route
@@ -101,6 +102,7 @@ def build_partition_replicator(
     clock: Clock | None = None,
     observer: ReplicaObserver | None = None,
     ids: TopicIds | None = None,
+    checks: Executor | None = None,
 ) -> PartitionReplicator:
     origin = Origin(task.source_alias, task.route.topic)
     reader = KafkaSourceReader(settings, task.route)
@@ -127,6 +129,7 @@ def build_partition_replicator(
         ids=ids,
         owner=PositionStamp(origin, task.cluster_id, prefix=settings.prefix),
         heartbeat_s=settings.heartbeat_interval_s,
+        checks=checks,
     )
 
 
@@ -177,6 +180,7 @@ class ReplicateService:
         self.metrics = metrics or ReplicaMetrics()
         self.stop_event = threading.Event()
         self._ids: KafkaTopicIds | None = None  # shared by the partitions (built once)
+        self._checks: ThreadPoolExecutor | None = None  # their batch checks' threads
         # Each batch is logged at DEBUG; at INFO, what was copied every so often.
         self._activity = ActivityLog(
             log, "copied", "records", "offsets", every_s=summary_every_s, clock=self._clock
@@ -198,6 +202,7 @@ class ReplicateService:
         sync = None
         if self._settings.sync_groups:
             sync = GroupSync(self._settings, self.metrics, self._clock)
+        self._checks = checks = check_pool(len(plan.tasks()))  # threads start as needed
         try:
             if once:
                 summary = self._run_once(plan)
@@ -212,6 +217,7 @@ class ReplicateService:
             self._activity.flush()
             if sync is not None:
                 sync.close()  # after its round
+            checks.shutdown(wait=False, cancel_futures=True)  # after the partitions' end
 
     def _run_once(self, plan: ReplicationPlan) -> RunSummary[ReplicaResult]:
         refuse_beside_members(self._settings, "relay replicate --once")
@@ -238,6 +244,7 @@ class ReplicateService:
             clock=self._clock,
             observer=self.metrics,
             ids=self._ids,
+            checks=self._checks,
         )
 
     def _drain(self, replicator: PartitionReplicator, task: ReplicaTask) -> ReplicaResult:

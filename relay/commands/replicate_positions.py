@@ -16,6 +16,7 @@ from relay.commands.replicate import ReplicaTask, plan_replication
 from relay.errors import ConfigurationError
 from relay.kafka.replica_copies import KafkaTopicIds, copied_from_source
 from relay.kafka.replica_writer import KafkaReplicaWriter
+from relay.replication.startup import described_stamp
 from relay.replication.types import LastCopy, Origin, PositionStamp, ReplicaPosition
 from relay.runtime.clock import SystemClock
 from relay.settings.replicate import ReplicateSettings
@@ -58,12 +59,8 @@ def _partitions(
         try:
             committed = writer.fence()
             now = clock.monotonic()
-            mine = PositionStamp(
-                origin,
-                task.cluster_id,
-                ids.source(route.topic, now),
-                ids.target(route.target_topic, now),
-                settings.prefix,
+            mine = described_stamp(
+                origin, route, ids, now, cluster_id=task.cluster_id, prefix=settings.prefix
             )
             yield _Partition(task, writer, committed, mine, route.topic in compacted)
         finally:

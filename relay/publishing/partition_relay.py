@@ -29,11 +29,9 @@ from collections.abc import Callable, Sequence
 
 from relay.errors import (
     AmbiguousCommitError,
-    GaveUpError,
     ProducerFencedError,
     RelayError,
     RetriableError,
-    TopicMissingError,
     TransactionTimedOutError,
     UndeliverableEventError,
 )
@@ -47,6 +45,7 @@ from relay.publishing.ports import (
     TransactionalPublisher,
 )
 from relay.publishing.positions import checked_position
+from relay.publishing.retrying import BatchRetries
 from relay.publishing.types import (
     BatchResult,
     DrainResult,
@@ -103,7 +102,6 @@ class PartitionRelay:
         self._housekeeping_every_s = housekeeping_every_s
         self._housekept = 0  # the position up to which the database recorded publishing
         self._housekept_at = 0.0
-        self._retry = retry or RetryPolicy()
         self._clock = clock or SystemClock()
         self._failpoints = failpoints or NO_FAILPOINTS
         self._observer = observer or NoObserver()
@@ -116,6 +114,9 @@ class PartitionRelay:
         )
         self._holds = PartitionHolds(
             partition, source, self._observer, self._clock, missing_topic_wait_s
+        )
+        self._retries = BatchRetries(
+            partition, self._holds, retry or RetryPolicy(), self._clock, self._observer
         )
 
     @property
@@ -256,46 +257,18 @@ class PartitionRelay:
     def publish_batch(
         self, up_to_seq: int | None = None, stop: threading.Event | None = None
     ) -> BatchResult | None:
-        """Publish the next batch in one Kafka transaction; None when nothing is pending."""
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                result = self._try_batch(up_to_seq)
-            except UndeliverableEventError as exc:  # _try_batch aborted the transaction
-                self._holds.later(exc.outbox_ids, exc.reason)
-                attempt = 0  # the rest of the batch goes out in the next transaction
-            except RetriableError as exc:
-                if isinstance(exc, AmbiguousCommitError):
-                    self._unsettled = True  # the next attempt restarts first
-                missing = exc if isinstance(exc, TopicMissingError) and exc.outbox_ids else None
-                if missing is not None and self._holds.wait_over(missing):
-                    attempt = 0  # its rows are dead letters: the batch goes on without them
-                    continue
-                if missing is None and self._retry.gives_up_after(attempt):
-                    raise GaveUpError(
-                        f"relay partition {self.partition}: batch after seq {self.position} "
-                        f"failed {attempt} times, last error: {exc}"
-                    ) from exc
-                delay = self._retry.delay(attempt)
-                if missing is not None:  # bounded by --missing-topic-wait, not by attempts
-                    delay = min(delay, self._holds.wait_left(missing) + 0.05)
-                log.warning(
-                    "relay partition %d: %s (%s); retrying in %.1f s",
-                    self.partition,
-                    _what_failed(exc, self._unsettled),
-                    exc,
-                    delay,
-                    extra={"partition": self.partition, "attempt": attempt, "delay_s": delay},
-                )
-                self._observer.retrying(self.partition, str(exc))
-                self._holds.stalled(exc)
-                if self._clock.wait(delay, stop):
-                    return None
-            else:
-                self._holds.moving()
-                self._observer.running(self.partition, self.position)
-                return result
+        """Publish the next batch in one Kafka transaction; None when nothing is pending.
+        Tried again after failures as each asks (:mod:`relay.publishing.retrying`)."""
+        return self._retries.run(
+            lambda: self._try_batch(up_to_seq),
+            position=lambda: self.position,
+            in_doubt=self._in_doubt,
+            unsettled=lambda: self._unsettled,
+            stop=stop,
+        )
+
+    def _in_doubt(self) -> None:
+        self._unsettled = True  # the next attempt restarts first
 
     def _try_batch(self, up_to_seq: int | None) -> BatchResult | None:
         began = self._clock.monotonic()
@@ -368,11 +341,3 @@ class PartitionRelay:
             log.warning("relay partition %d: recording what was published: %s", self.partition, exc)
         finally:
             self._publisher.close()
-
-
-def _what_failed(exc: RetriableError, unsettled: bool) -> str:
-    if isinstance(exc, TransactionTimedOutError):
-        return "batch timed out, restarting the producer with a smaller batch"
-    if isinstance(exc, AmbiguousCommitError):
-        return "batch in doubt, restarting the producer"
-    return "batch aborted, restarting the producer" if unsettled else "batch failed"

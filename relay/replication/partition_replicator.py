@@ -1,7 +1,7 @@
 """Copying one source partition to the target cluster: the loop `relay replicate` and the
 Spark job drive.
 
-Start-up::
+Start-up (relay.replication.startup)::
 
     fence (take the target partition's transactional id over)  ->  read the position
     committed on the target, check it (relay.replication.position_check)  ->  seek there
@@ -15,7 +15,9 @@ Order of one batch (one transaction on the target cluster)::
 The position lives only on the target cluster, committed atomically with the copies, and
 is read only after fencing: a crash, a re-run task or a second instance can neither lose
 nor duplicate a record (I3, I7, docs/invariants.md). The source is read
-``read_committed``, each partition's order kept in its target partition (I8).
+``read_committed``, each partition's order kept in its target partition (I8). A
+``--once`` run or a Spark task copies up to an end offset, then returns
+(relay.replication.drain).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor
 from operator import attrgetter
 from typing import TypeVar
 
@@ -37,6 +40,7 @@ from relay.errors import (
     TransactionTimedOutError,
 )
 from relay.replication.batch_check import BatchChecks
+from relay.replication.drain import drain
 from relay.replication.freshness import Freshness
 from relay.replication.ports import (
     NoReplicaObserver,
@@ -46,8 +50,9 @@ from relay.replication.ports import (
     SourceReader,
     TopicIds,
 )
-from relay.replication.position_check import checked_start_read_again, same_topics
+from relay.replication.position_check import same_topics
 from relay.replication.retrying import retrying
+from relay.replication.startup import fenced_start
 from relay.replication.types import (
     Origin,
     PositionStamp,
@@ -65,8 +70,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _EVENT_TIME = attrgetter("timestamp_ms")  # iterated in C, once per record
-READY = "ready, earlier copiers of this partition fenced"
-"""A route's start-up line once it holds it; relay.chaos.logwatch looks for it."""
 
 
 class PartitionReplicator:
@@ -90,6 +93,7 @@ class PartitionReplicator:
         owner: PositionStamp | None = None,
         heartbeat_s: float = 0.0,
         wall: Callable[[], float] = time.time,
+        checks: Executor | None = None,
     ) -> None:
         self.route = route
         self._reader = reader
@@ -109,7 +113,7 @@ class PartitionReplicator:
         self._committed_at = 0.0
         self._unsettled = False  # a transaction failed: restart before the next batch
         self._freshness = Freshness(heartbeat_s, self._clock, wall)  # every heartbeat_s
-        self._checks = BatchChecks(route)
+        self._checks = BatchChecks(route, checks)  # on the run's pool, if given
 
     @property
     def next_offset(self) -> int:
@@ -120,38 +124,14 @@ class PartitionReplicator:
 
     def start(self) -> int:
         """Fence previous instances, learn the committed position, check it (against its
-        stamp, the source's end and the target's last copy), seek there."""
-        committed = self._writer.fence()
-        now = self._clock.monotonic()
-        mine = PositionStamp(
-            self._origin,
-            self._owner.cluster_id,
-            self._ids.source(self.route.topic, now),
-            self._ids.target(self.route.target_topic, now),
-            self._owner.prefix,
-        )
-        self._next, self._stamp = checked_start_read_again(
-            self.route,
-            committed,
-            mine,
-            self._writer.last_copy,
-            self._reader.end_offset(),
-            read_again=self._writer.position,
-        )
-        self._read.clear()
-        self._reader.seek(self._next)
+        stamp, the source's end and the target's last copy), seek there
+        (:mod:`relay.replication.startup`)."""
+        self._next, self._stamp = fenced_start(
+            self.route, self._reader, self._writer, origin=self._origin, owner=self._owner,
+            ids=self._ids, clock=self._clock,
+        )  # fmt: skip
+        self._read.clear()  # the source is read again from there
         self._committed_at = self._clock.monotonic()
-        log.info(
-            "%s: %s; copying from offset %d",
-            self.route,
-            READY,
-            self._next,
-            extra={
-                "topic": self.route.topic,
-                "partition": self.route.partition,
-                "offset": self._next,
-            },
-        )
         self._failpoints.hit("startup", self.route.partition)
         self._observer.running(self.route.topic, self.route.partition, self._next)
         if self._stamp.as_of_ms is not None:  # committed with the position: still true
@@ -333,33 +313,21 @@ class PartitionReplicator:
         self._committed_at = self._clock.monotonic()
         return True
 
+    def started(self) -> bool:
+        """Whether :meth:`start` has run: the position is known."""
+        return self._next is not None
+
+    def read_past(self, offset: int) -> bool:
+        """Whether the source was read up to ``offset`` or beyond: nothing to copy is left
+        below it (only aborted records and transaction markers)."""
+        return bool(self._read) or self._reader.position() >= offset
+
     def drain(
         self, end_offset: int, wait_s: float = 0.5, stop: threading.Event | None = None
     ) -> ReplicaResult:
         """Copy every committed record below ``end_offset`` (the source's last stable
-        offset when the run began), then return."""
-        if self._next is None and self.start_retrying(stop) is None:
-            return ReplicaResult(
-                self.route.topic, self.route.partition, self.route.target_topic, 0, 0, 0
-            )
-        records = batches = 0
-        while self.next_offset < end_offset and not (stop is not None and stop.is_set()):
-            batch = self.copy_batch(end_offset, wait_s, stop)
-            if batch is not None:
-                records += batch.records
-                batches += 1
-            elif self._read or self._reader.position() >= end_offset:
-                break  # what is left below it: aborted records and transaction markers
-        if batches == 0:
-            self.keep_alive_if_due(0.0)  # an idle partition of a scheduled run
-        return ReplicaResult(
-            self.route.topic,
-            self.route.partition,
-            self.route.target_topic,
-            records,
-            batches,
-            self.next_offset,
-        )
+        offset when the run began), then return (:mod:`relay.replication.drain`)."""
+        return drain(self, end_offset, wait_s, stop)
 
     def close(self) -> None:
         self._checks.close()

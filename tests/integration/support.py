@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -34,6 +35,7 @@ __all__ = [
     "run_relay",
     "run_sql",
     "start_relay",
+    "stop_members",
     "wait_until",
 ]
 
@@ -106,6 +108,29 @@ def start_relay(
 ) -> subprocess.Popen[str]:
     """`relay <args>` in the background (:func:`relay.devenv.cli_runner.start_relay`)."""
     return cli_runner.start_relay(args, env.env(**extra_env), cwd=PROJECT_ROOT, log=log)
+
+
+def stop_members(
+    members: Iterable[subprocess.Popen[str] | None], timeout_s: float = 90
+) -> list[int | None]:
+    """A test's teardown of processes it may have paused (SIGSTOP): each one still running
+    resumed (SIGCONT) and asked to stop (SIGTERM: it finishes its transaction and leaves
+    its group), all at once; then each one's exit code, killed when it has not exited
+    within ``timeout_s`` (None for a member never started)."""
+    started = list(members)
+    for member in started:
+        if member is not None and member.poll() is None:
+            os.kill(member.pid, signal.SIGCONT)
+            member.terminate()
+    return [None if member is None else _exit_code(member, timeout_s) for member in started]
+
+
+def _exit_code(member: subprocess.Popen[str], timeout_s: float) -> int:
+    try:
+        return member.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        member.kill()
+        return member.wait()
 
 
 def assert_exactly_once_in_order(consumed: Iterable[Consumed], expected_ids: set[int]) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from relay.chaos.process_tree import is_stopped
 from relay.devenv.waiting import wait_until
 from tests.integration.support import (
     RelayTestEnv,
@@ -24,6 +25,7 @@ from tests.integration.support import (
     read_committed,
     run_relay,
     start_relay,
+    stop_members,
 )
 from tests.integration.writes import write_events
 
@@ -61,11 +63,6 @@ def _says(log: Path, text: str) -> bool:
     return text in log.read_text()
 
 
-def _stopped(pid: int) -> bool:
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().rsplit(")", 1)[1].split()[0] == "T"
-
-
 @pytest.mark.long(40)
 def test_a_member_paused_in_its_transaction_cannot_commit_after_the_group_moved_on(
     relay_env: RelayTestEnv, topic: str, tmp_path: Path
@@ -87,7 +84,7 @@ def test_a_member_paused_in_its_transaction_cannot_commit_after_the_group_moved_
     try:
         wait_until(lambda: "taking relay partitions [0, 1, 2, 3]" in a_log.read_text(), 60, "A")
         ids = write_events(env.database_url, topic, 200)
-        wait_until(lambda: paused.exists() and _stopped(a.pid), 60, "A to pause", explain)
+        wait_until(lambda: paused.exists() and is_stopped(a.pid), 60, "A to pause", explain)
         b = start_relay(env, "run", log=b_log, **_PROCESS)
         wait_until(lambda: _drained(env), 90, "B to take over and publish", explain)
         os.kill(a.pid, signal.SIGCONT)
@@ -104,11 +101,7 @@ def test_a_member_paused_in_its_transaction_cannot_commit_after_the_group_moved_
         ids |= write_events(env.database_url, topic, 200)
         wait_until(lambda: _drained(env), 90, "the members to publish after the resume", explain)
     finally:
-        for member in (a, b):
-            if member is not None and member.poll() is None:
-                os.kill(member.pid, signal.SIGCONT)
-                member.terminate()
-                member.wait(90)
+        stop_members([a, b])
     assert_exactly_once_in_order(read_committed(env.bootstrap_servers, topic), ids)
 
 
@@ -166,10 +159,7 @@ def test_a_member_that_joins_while_a_once_run_publishes_fences_it(
         ids |= write_events(env.database_url, topic, 50)
         wait_until(lambda: _drained(env), 60, "the member to go on", log.read_text)
     finally:
-        for process in (once, member):
-            if process is not None and process.poll() is None:
-                process.terminate()
-                process.wait(60)
+        stop_members([once, member], timeout_s=60)
     assert "ERROR" not in log.read_text(), log.read_text()
     assert_exactly_once_in_order(read_committed(env.bootstrap_servers, topic), ids)
 
@@ -220,10 +210,7 @@ def test_a_member_restarted_under_its_name_aborts_the_transaction_it_left_open(
         )
         wait_until(lambda: _drained(env), 60, "the restarted member to publish", explain)
     finally:
-        for member in (a, b):
-            if member is not None and member.poll() is None:
-                member.terminate()
-                member.wait(90)
+        stop_members([a, b])
     assert_exactly_once_in_order(read_committed(env.bootstrap_servers, topic), ids)
 
 
@@ -263,7 +250,6 @@ def test_processes_with_and_without_process_transactions_refuse_to_share_an_outb
             assert said in last and "would publish rows twice" in last, last
             wait_until(lambda: _drained(env), 60, "the first to publish", log.read_text)
         finally:
-            running.terminate()
-            running.wait(60)
-        assert running.returncode == 0, log.read_text()
+            (code,) = stop_members([running])
+        assert code == 0, log.read_text()
     assert_exactly_once_in_order(read_committed(env.bootstrap_servers, topic), ids)

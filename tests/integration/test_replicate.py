@@ -15,7 +15,7 @@ from confluent_kafka.admin._resource import ResourceType
 
 from relay.devenv.endpoints import SaslEndpoint
 from relay.devenv.ports import free_ports
-from relay.replication.partition_replicator import READY
+from relay.replication.startup import READY
 from relay.runtime.failpoints import ENV_VAR as FAILPOINTS
 from tests.integration.replicate_support import (
     ReplicaEnv,

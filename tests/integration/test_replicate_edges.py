@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka._model import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient
 
-from relay.replication.partition_replicator import READY
+from relay.replication.startup import READY
 from relay.runtime.failpoints import ENV_VAR as FAILPOINTS
 from tests.integration.replicate_support import (
     ReplicaEnv,

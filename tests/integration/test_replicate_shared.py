@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -23,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from relay.errors import ConfigurationError
-from relay.replication.partition_replicator import READY
+from relay.replication.startup import READY
 from relay.settings.replicate import load_replicate_settings
 from tests.integration.replicate_support import (
     ReplicaEnv,
@@ -31,7 +30,7 @@ from tests.integration.replicate_support import (
     read_log,
     write_transactions,
 )
-from tests.integration.support import wait_until
+from tests.integration.support import stop_members, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -144,11 +143,7 @@ def test_instances_share_the_source_partitions_and_take_over_a_killed_or_paused_
         wait_until(copied(replica, topic, target), 60, "both to copy after the resume", explain)
         assert b.poll() is None and c.poll() is None, explain()
     finally:
-        for member in members:
-            if member.poll() is None:
-                os.kill(member.pid, signal.SIGCONT)
-                member.terminate()
-        codes = [_exit_code(member) for member in members]
+        codes = stop_members(members)
     assert codes[1:] == [0, 0], explain()  # SIGTERM: finish the transactions, leave the group
     source = read_log(replica.source, topic, _PARTITIONS)
     copies = read_log(replica.target, target, _PARTITIONS)
@@ -197,11 +192,3 @@ def test_a_once_run_beside_live_members_is_refused_unless_it_fences_them(
     again = replica.run("--once", *args)  # the member left the group when it stopped
     assert again.returncode == 0, again.stderr
     assert_replica(read_log(replica.source, topic, 2), read_log(replica.target, f"ob.{topic}", 2))
-
-
-def _exit_code(member: subprocess.Popen[str]) -> int:
-    try:
-        return member.wait(90)
-    except subprocess.TimeoutExpired:
-        member.kill()
-        return member.wait()

@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from relay.replication.partition_replicator import READY
+from relay.replication.startup import READY
 from relay.runtime.failpoints import ENV_VAR as FAILPOINTS
 from tests.integration import support
 from tests.integration.replicate_support import (

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +28,7 @@ from tests.integration.support import (
     read_committed,
     run_relay,
     start_relay,
+    stop_members,
     wait_until,
 )
 from tests.integration.writes import write_events
@@ -114,11 +114,7 @@ def test_processes_share_the_partitions_and_take_over_a_dead_or_paused_ones(
         wait_until(lambda: drained(env), 60, "both members to publish after the resume", explain)
         assert b.poll() is None and c.poll() is None, explain()
     finally:
-        for member in members:
-            if member.poll() is None:
-                os.kill(member.pid, signal.SIGCONT)
-                member.terminate()
-        codes = [_exit_code(member) for member in members]
+        codes = stop_members(members)
     assert codes[1:] == [0, 0], explain()  # SIGTERM: finish the batch, leave the group
     assert_exactly_once_in_order(read_committed(env.bootstrap_servers, topic), ids)
 
@@ -131,14 +127,6 @@ def spread_between(logs: list[Path]) -> Callable[[], bool]:
         return all(held) and sorted(p for h in held for p in h) == list(range(_PARTITIONS))
 
     return check
-
-
-def _exit_code(member: subprocess.Popen[str]) -> int:
-    try:
-        return member.wait(90)
-    except subprocess.TimeoutExpired:
-        member.kill()
-        return member.wait()
 
 
 def test_a_once_or_partitions_run_beside_live_members_is_refused(

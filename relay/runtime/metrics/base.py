@@ -81,24 +81,34 @@ class Latencies:
         self._sum = 0.0
 
     def observe(self, committed_s: float, event_times_ms: Iterable[int]) -> None:
-        # Sorted (in C), the times are the ages in reverse: each bucket's bound is found by
-        # bisection, so a batch costs a few dozen steps of Python, not a few per event.
+        """Count each event of a batch in the bucket of its age (``committed_s`` minus
+        its time), as one observation per event would
+        (``tests/unit/runtime/test_latencies.py`` compares the two).
+
+        Without a step of Python per event: sorted (in C), the times are the ages from
+        the oldest to the youngest. For each bucket's bound one bisection finds how many
+        events are at most that old, and a bucket counts those its bound adds to the
+        previous one's. The bisection compares each age as an observation per event
+        computes it (``minus_age``), so an event on a bound lands in the same bucket.
+        The plain way, one ``bisect_left`` per age into the bounds and a Counter, took
+        three times as long on a 500-record batch (about 200 us against 70 us, timeit)."""
         times = sorted(event_times_ms)
-        first = bisect_right(times, 0)  # 0: no time
+        first = bisect_right(times, 0)  # those before it have no time (0)
         if first == len(times):
             return
 
-        def neg_age(ms: int) -> float:  # ascending along ``times``
+        def minus_age(ms: int) -> float:  # ascending along ``times``
             return -max(0.0, committed_s - ms / 1000)
 
-        events = len(times) - first
-        counts, below = [], 0  # below: events of the buckets so far
+        counts, so_far = [], 0  # so_far: the events of the buckets below this bound
         for bound in LATENCY_BUCKETS_S:
-            within = len(times) - bisect_left(times, -bound, first, key=neg_age)
-            counts.append(within - below)
-            below = within
-        counts.append(events - below)
-        aged = bisect_left(times, 0.0, first, key=neg_age)  # the rest: age 0 (clocks apart)
+            at_most = len(times) - bisect_left(times, -bound, first, key=minus_age)
+            counts.append(at_most - so_far)
+            so_far = at_most
+        counts.append(len(times) - first - so_far)  # older than every bound
+        # The sum of the ages: committed_s - ms / 1000 for each event older than 0 (those
+        # below ``aged``); the rest count 0 (clocks apart).
+        aged = bisect_left(times, 0.0, first, key=minus_age)
         ages = (aged - first) * committed_s - sum(times[first:aged]) / 1000
         with self._lock:
             for slot, count in enumerate(counts):

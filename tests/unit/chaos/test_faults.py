@@ -22,7 +22,7 @@ from relay.chaos.processes import Command, Slot, Supervisor
 from relay.devenv.waiting import wait_until
 from relay.errors import FaultSkipped
 from relay.publishing.partition_relay import READY as RELAY_READY
-from relay.replication.partition_replicator import READY as REPLICA_READY
+from relay.replication.startup import READY as REPLICA_READY
 from relay.runtime.clock import SystemClock
 from tests.fakes.publishing import FakeClock
 

@@ -15,7 +15,7 @@ from relay.chaos.logwatch import (
     source_partitions_fenced,
 )
 from relay.publishing.partition_relay import READY as RELAY_READY
-from relay.replication.partition_replicator import READY as REPLICA_READY
+from relay.replication.startup import READY as REPLICA_READY
 
 RELAY = f"{RELAY_READY}; resuming after seq "  # then the position
 COPY = f"{REPLICA_READY}; copying from offset "

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from relay.errors import ReplicaPositionError
+from relay.replication.batch_check import MAX_CHECK_THREADS, check_pool
+from relay.replication.topic_ids import SharedTopicIds
 from relay.replication.types import SourceRecord
-from tests.fakes.replication import MemoryWriter
+from tests.fakes.replication import MemorySource, MemoryTarget, MemoryWriter, source_log
 from tests.unit.replication.test_position_check import Ids, copied, grow, make
 
 
@@ -97,3 +100,59 @@ def test_both_topics_are_described_at_once() -> None:
     batch = replicator.copy_batch()
     assert batch is not None and batch.records == 2
     replicator.close()
+
+
+class ThreadNoting(Ids):
+    """Topic ids that note the thread each description is asked on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: set[str] = set()
+
+    def source(self, topic: str, since: float) -> str | None:
+        self.threads.add(threading.current_thread().name)
+        return super().source(topic, since)
+
+
+def test_the_partitions_of_a_run_check_on_its_one_pool() -> None:
+    pool = check_pool(2)
+    try:
+        ids = ThreadNoting()
+        sides = [(MemorySource(source_log(b"a", b"b")), MemoryTarget()) for _ in range(2)]
+        replicators = [make(source, target, ids, checks=pool) for source, target in sides]
+        for replicator in replicators:
+            replicator.start()
+        ids.threads.clear()
+        replicators[0].copy_batch()
+        replicators[0].close()  # a partition released: the run's pool stays open
+        batch = replicators[1].copy_batch()
+        assert batch is not None and batch.records == 2
+        assert ids.threads and all(name.startswith("check_") for name in ids.threads)
+        replicators[1].close()
+    finally:
+        pool.shutdown()
+
+
+def test_the_pool_is_sized_for_the_partitions_within_its_cap() -> None:
+    assert [check_pool(n)._max_workers for n in (0, 1, 5)] == [3, 3, 15]
+    assert check_pool(10_000)._max_workers == MAX_CHECK_THREADS
+
+
+def test_partitions_share_fewer_threads_than_their_checks_without_waiting_on_each_other() -> None:
+    """Eight partitions, three checks a batch each, on two threads: the checks of a batch
+    that wait for a description under way wait for a thread already running it, never for
+    a check still queued behind them (relay.replication.batch_check)."""
+    pool = ThreadPoolExecutor(2, thread_name_prefix="check")
+    ids = SharedTopicIds(
+        lambda topics: {t: "S1" for t in topics}, lambda topics: {t: "T1" for t in topics}
+    )
+    sides = [(MemorySource(source_log(b"a", b"b", b"c")), MemoryTarget()) for _ in range(8)]
+    replicators = [make(source, target, ids, checks=pool) for source, target in sides]
+    try:
+        with ThreadPoolExecutor(len(replicators)) as partitions:
+            copied = list(partitions.map(lambda r: r.drain(3), replicators, timeout=30))
+        assert [result.records for result in copied] == [3] * len(replicators)
+    finally:
+        for replicator in replicators:
+            replicator.close()
+        pool.shutdown()

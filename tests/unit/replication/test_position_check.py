@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
 import pytest
 
 from relay.errors import KafkaError, ReplicaPositionError
 from relay.replication.partition_replicator import PartitionReplicator
+from relay.replication.ports import TopicIds
 from relay.replication.types import NO_POSITION, PositionStamp, ReplicaPosition, SourceRecord
 from tests.fakes.publishing import FakeClock
 from tests.fakes.replication import (
@@ -35,7 +37,11 @@ class Ids:
 
 
 def make(
-    source: MemorySource, target: MemoryTarget, ids: Ids, prefix: str = "dr"
+    source: MemorySource,
+    target: MemoryTarget,
+    ids: TopicIds,
+    prefix: str = "dr",
+    checks: Executor | None = None,
 ) -> PartitionReplicator:
     return PartitionReplicator(
         ROUTE,
@@ -46,6 +52,7 @@ def make(
         batch_size=2,
         ids=ids,
         owner=PositionStamp(ORIGIN, "cluster-1", prefix=prefix),
+        checks=checks,
     )
 
 
