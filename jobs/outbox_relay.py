@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from relay.commands.run import drain_partition, plan_relay_job
+from relay.commands.relay_job import drain_partition, plan_relay_job
 from relay.spark.outbox_relay import RelaySteps, main
 
 if __name__ == "__main__":

@@ -42,28 +42,6 @@ log = logging.getLogger(__name__)
 _IDLE_TRANSACTION_TIMEOUT_S = 30.0
 
 
-def drain_partition(settings: RelaySettings, partition: int) -> DrainResult:
-    """Publish everything committed in one relay partition, then return (a Spark task)."""
-    database = open_database(
-        settings.database_url, application_name="outbox-relay-task", pooled=False, pre_ping=False
-    )
-    retry = RetryPolicy(max_attempts=settings.retry_attempts)
-    settings, owner = for_database(settings, database)
-    relay = build_partition_relay(
-        settings,
-        owner,
-        partition,
-        database,
-        retry=retry,
-        after_fence=partial(refuse_beside_members, settings, "the outbox Spark job", fenced=True),
-    )
-    try:
-        return relay.drain()
-    finally:
-        relay.close()
-        database.dispose()
-
-
 class ProcessRelay:
     """Runs relay partitions as threads of this process (`relay run`): the ones asked
     for, all of them with ``--once``, or else those the members group gives this
@@ -350,15 +328,3 @@ def backlog(database: Database, positions: Mapping[int, int]) -> dict[int, Backl
         row.partition: Backlog(row.pending, row.dead_letters, row.oldest_pending_age_s)
         for row in found
     }
-
-
-def plan_relay_job(settings: RelaySettings, requested: Sequence[int] | None) -> list[int]:
-    """The relay partitions the forward Spark job runs as tasks, after the start-up
-    checks (the same as ``relay run``'s)."""
-    database = open_database(settings.database_url, pool_size=1)
-    try:
-        partitions = select_partitions(requested, check_environment(settings, database))
-        refuse_beside_members(for_database(settings, database)[0], "the outbox Spark job")
-        return partitions
-    finally:
-        database.dispose()

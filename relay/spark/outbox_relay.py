@@ -28,7 +28,7 @@ log = logging.getLogger("relay.jobs.outbox_relay")
 
 @dataclass(frozen=True, slots=True)
 class RelaySteps:
-    """What the job runs, from the command API (``relay.commands.run``)."""
+    """What the job runs, from the command API (``relay.commands.relay_job``)."""
 
     # The relay partitions to run as tasks, after the start-up checks (plan_relay_job).
     plan: Callable[[RelaySettings, Sequence[int] | None], list[int]]

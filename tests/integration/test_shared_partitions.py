@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from relay.commands.run import plan_relay_job
+from relay.commands.relay_job import plan_relay_job
 from relay.errors import ConfigurationError
 from relay.settings.relay import load_settings
 from tests.integration.support import (

@@ -17,7 +17,7 @@ from sqlalchemy.pool import NullPool
 
 import relay
 from relay.commands.mirror import MirrorService
-from relay.commands.run import drain_partition, plan_relay_job
+from relay.commands.relay_job import drain_partition, plan_relay_job
 from relay.settings.mirror import load_mirror_settings
 from relay.settings.relay import load_settings
 from tests.integration.mirror_support import items_mapping, items_state, mirror_env
