@@ -11,7 +11,7 @@ by column, that it is checked against and that decodes tombstones and heartbeats
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from relay.errors import DecodeError
 from relay.mirroring.conversions import from_json, from_text
@@ -19,7 +19,7 @@ from relay.mirroring.ports import ValueDecoder
 from relay.mirroring.row_builder import compile_row
 from relay.mirroring.rows import MISSING, key_columns, operation
 from relay.mirroring.types import Append, Decoded, KafkaRecord, Op, ResolvedTable, Upsert
-from relay.mirroring.values import parse_value, unmapped_fields
+from relay.mirroring.values import json_object, parse_value, unmapped_fields
 from relay.runtime.heartbeat import HEARTBEAT_HEADER, decode_heartbeat
 
 __all__ = ["TopicDecoder", "decode", "decode_plain", "from_json", "from_text"]
@@ -46,7 +46,9 @@ def decode(
 
 class TopicDecoder:
     """:func:`decode` for the records of one topic, its tables' row builders compiled
-    once."""
+    once. ``decode`` is the same function for every record: for a topic of one JSON table
+    without an event type filter (the usual mapping), one that does only what such a
+    table needs."""
 
     def __init__(self, tables: Sequence[ResolvedTable], decoder: ValueDecoder | None = None):
         self._tables = tuple(tables)
@@ -61,14 +63,33 @@ class TopicDecoder:
             )
             for t in self._tables
         )
+        self.decode: Callable[[KafkaRecord], Decoded] = self._decode_many
+        if len(self._steps) == 1 and not self._filtered:
+            self._name, mapping, self._build, self._kind = self._steps[0]
+            if mapping.value_format == "json":
+                self.decode = self._decode_one
 
-    def decode(self, record: KafkaRecord) -> Decoded:
+    def _decode_one(self, record: KafkaRecord) -> Decoded:
+        """What :meth:`_decode_many` does for the one JSON table, without an event type."""
         raw = record.value
         if raw is None:
             return decode_plain(record, self._tables, self._decoder)
         headers = dict(record.headers)  # a header given twice: its last value
         if HEARTBEAT_HEADER in headers:
             return Decoded(record, heartbeat=decode_heartbeat(raw))  # as decode_plain does
+        try:
+            row = self._build(record, headers, json_object(raw, "value"))
+        except DecodeError as exc:
+            return Decoded(record, error=f"{self._name}: {exc}")
+        return Decoded(record, (self._kind(self._name, row),))
+
+    def _decode_many(self, record: KafkaRecord) -> Decoded:
+        raw = record.value
+        if raw is None:
+            return decode_plain(record, self._tables, self._decoder)
+        headers = dict(record.headers)
+        if HEARTBEAT_HEADER in headers:
+            return Decoded(record, heartbeat=decode_heartbeat(raw))
         event_type = None
         if self._filtered:
             raw_type = headers.get(EVENT_TYPE_HEADER)
