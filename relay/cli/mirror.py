@@ -62,6 +62,7 @@ def _mirror(args: argparse.Namespace) -> int:
         reset_recreated_topic,
         table_freshness,
     )
+    from relay.runtime.collector import collect_less_often
     from relay.runtime.metrics import serving
     from relay.runtime.observed import MirrorProgressMetrics
     from relay.runtime.progress import Progress
@@ -99,6 +100,7 @@ def _mirror(args: argparse.Namespace) -> int:
         serving(service.metrics, settings.metrics_host, settings.metrics_port),
         showing(progress, "applied", args.progress_interval_s),
     ):
+        collect_less_often()  # this process is the mirror's alone: it can (collector)
         summary = service.run(once=args.once)
     print(describe_summary(summary))
     return 0

@@ -25,7 +25,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from relay.errors import ConfigurationError, DeadLetterError, InvalidEventError
-from relay.mirroring.decode import decode
+from relay.mirroring.decode import TopicDecoder
 from relay.mirroring.mapping import load_mapping
 from relay.mirroring.ports import ValueDecoder
 from relay.mirroring.types import Op, RecordHeaders, ResolvedTable
@@ -158,7 +158,8 @@ def replay(
         decoder = None
         if mirror is not None and any(t.mapping.value_format != "json" for t in mapped):
             decoder = _decoder(mirror.registry)
-        operations = partial(mirror_operations, mapped, decoder=decoder)
+        decoders: dict[str, TopicDecoder] = {}  # each topic's row builders compiled once
+        operations = partial(mirror_operations, mapped, decoder=decoder, decoders=decoders)
         return [replayer.replay(i, operations) for i in ids] + missing
 
 
@@ -226,13 +227,20 @@ def _decoder(registry: RegistrySettings | None) -> ValueDecoder:
 
 
 def mirror_operations(
-    tables: Sequence[ResolvedTable], letter: MirrorDeadLetter, decoder: ValueDecoder | None = None
+    tables: Sequence[ResolvedTable],
+    letter: MirrorDeadLetter,
+    decoder: ValueDecoder | None = None,
+    decoders: dict[str, TopicDecoder] | None = None,
 ) -> Sequence[Op] | str:
-    """The record's row operations, as the mirror decodes it, or why there are none."""
+    """The record's row operations, as the mirror decodes it, or why there are none.
+    ``decoders``: each topic's decoder, kept there for the next letter of the topic."""
     taking = [t for t in tables if letter.topic in t.mapping.topics]
     if not taking:
         return f"topic {letter.topic} is not in the mirror's mapping"
-    decoded = decode(letter.record(), taking, decoder)
+    decoders = {} if decoders is None else decoders
+    if letter.topic not in decoders:
+        decoders[letter.topic] = TopicDecoder(taking, decoder)
+    decoded = decoders[letter.topic].decode(letter.record())
     if decoded.error is not None:
         return decoded.error
     if decoded.skipped:

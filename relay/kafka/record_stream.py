@@ -160,20 +160,25 @@ class KafkaRecordStream:
         self._on_revoke(consumer, partitions)
 
     def poll(self, timeout: float) -> KafkaRecord | PartitionEnd | None:
-        msg = self._next_message(timeout)
+        fetched = self._fetched
+        msg = fetched.popleft() if fetched else self._next_message(timeout)
         if msg is None:
             return None
         topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
         err = msg.error()
         if err is None and topic is not None and partition is not None and offset is not None:
+            # Once per record: the headers as the consumer gives them (a list of pairs), and
+            # the Kafka timestamp (CreateTime or LogAppendTime) in ms since the epoch.
+            headers: object = msg.headers()
+            kind, ms = msg.timestamp()
             return KafkaRecord(
                 topic,
                 partition,
                 offset,
                 msg.key(),
                 msg.value(),
-                _headers(msg.headers()),
-                _timestamp(msg.timestamp()),
+                tuple(headers) if type(headers) is list else _headers(headers),
+                None if kind == TIMESTAMP_NOT_AVAILABLE or ms < 0 else ms,
             )
         if err is None:
             return None
@@ -276,11 +281,3 @@ class KafkaRecordStream:
             self._consumer.close()
         except (KafkaException, RuntimeError) as exc:
             log.debug("closing the consumer: %s", exc)
-
-
-def _timestamp(found: tuple[int, int]) -> int | None:
-    """The record's Kafka timestamp (CreateTime or LogAppendTime) in ms since the epoch."""
-    kind, milliseconds = found
-    if kind == TIMESTAMP_NOT_AVAILABLE or milliseconds < 0:
-        return None
-    return milliseconds

@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from relay.mirroring.decode import decode
+from relay.mirroring.decode import TopicDecoder
 from relay.mirroring.ports import MirrorStore, ValueDecoder
 from relay.mirroring.types import ApplyResult, Batch, KafkaRecord, ResolvedTable, TopicIdentity
 from relay.runtime import tracing
@@ -40,7 +40,6 @@ class Applier:
         on_unmapped: Callable[[str, str], None] | None = None,
     ) -> None:
         self._store = store
-        self._decoder = decoder  # the schema registry of tables with a registry format
         self._on_unmapped = on_unmapped  # a metric: (table, field) of each such record
         self._reported: set[tuple[str, str]] = set()
         self._failpoints = failpoints or Failpoints()
@@ -48,7 +47,8 @@ class Applier:
         for table in tables:
             for topic in table.mapping.topics:
                 by_topic.setdefault(topic, []).append(table)
-        self._by_topic = {topic: tuple(found) for topic, found in by_topic.items()}
+        self._by_topic = {topic: TopicDecoder(found, decoder) for topic, found in by_topic.items()}
+        self._no_tables = TopicDecoder((), decoder)
 
     def batch(  # raises RetriableError when the schema registry cannot be reached
         self,
@@ -60,8 +60,8 @@ class Applier:
         *,
         identity: TopicIdentity | None = None,
     ) -> Batch:
-        tables = self._by_topic.get(topic, ())
-        items = tuple(decode(record, tables, self._decoder) for record in records)
+        decode = self._by_topic.get(topic, self._no_tables).decode
+        items = tuple(map(decode, records))
         for item in items:
             for table, field, alter in item.unmapped:
                 self._unmapped(table, field, alter)

@@ -45,6 +45,8 @@ def split_rounds(
     they cannot be split: an operation of another kind, or a key Python cannot compare
     (e.g. a JSON key column). Apply them record by record then."""
     placed: list[tuple[Hashable, Upsert | Delete]] = []
+    counts: dict[Hashable, int] = {}
+    rounds: list[list[Upsert | Delete]] = []
     single = key_columns[0] if len(key_columns) == 1 else None
     try:
         for op in ops:
@@ -58,22 +60,27 @@ def split_rounds(
                 key: Hashable = _nan if (part := source[single]) != part else part
             else:
                 key = tuple(_nan if (part := source[c]) != part else part for c in key_columns)
-            hash(key)  # TypeError if it cannot be
+            done = counts.get(key, 0)  # TypeError if the key cannot be hashed
+            counts[key] = done + 1
+            if done == len(rounds):
+                rounds.append([])
+            rounds[done].append(op)
             placed.append((key, op))
     except TypeError:
         return None
-    rounds, counts = _in_rounds(placed)
+    if len(rounds) <= limit:  # no key has more operations than that
+        return Rounds(tuple(map(tuple, rounds)))
     hot = {key for key, count in counts.items() if count > limit}
-    if not hot:
-        return Rounds(rounds)
-    cold, _ = _in_rounds([(key, op) for key, op in placed if key not in hot])
-    return Rounds(cold, tuple(op for key, op in placed if key in hot))
+    return Rounds(
+        _in_rounds([(key, op) for key, op in placed if key not in hot]),
+        tuple(op for key, op in placed if key in hot),
+    )
 
 
 def _in_rounds(
     placed: Sequence[tuple[Hashable, Upsert | Delete]],
-) -> tuple[tuple[tuple[Upsert | Delete, ...], ...], dict[Hashable, int]]:
-    """The rounds of (key, operation) pairs in record order, and each key's count."""
+) -> tuple[tuple[Upsert | Delete, ...], ...]:
+    """The rounds of (key, operation) pairs in record order."""
     counts: dict[Hashable, int] = {}
     rounds: list[list[Upsert | Delete]] = []
     for key, op in placed:
@@ -82,4 +89,4 @@ def _in_rounds(
         if done == len(rounds):
             rounds.append([])
         rounds[done].append(op)
-    return tuple(map(tuple, rounds)), counts
+    return tuple(map(tuple, rounds))

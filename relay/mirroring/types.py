@@ -15,9 +15,13 @@ RecordHeaders = tuple[tuple[str, bytes | None], ...]
 TopicPartitionKey = tuple[str, int]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class KafkaRecord:
-    """One consumed record, as raw bytes."""
+    """One consumed record, as raw bytes.
+
+    Never changed once made; not ``frozen`` only because a frozen dataclass's ``__init__``
+    sets each field through ``object.__setattr__``, several times the cost, once per
+    record consumed."""
 
     topic: str
     partition: int
@@ -106,19 +110,21 @@ class ResolvedTable:
         return self.kinds.get(column, ColumnKind.OTHER)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Upsert:
-    """Insert the row, or update it when its stored version is lower."""
+    """Insert the row, or update it when its stored version is lower. Never changed once
+    made (not ``frozen``: see :class:`KafkaRecord`)."""
 
     table: str
     row: Mapping[str, object]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Delete:
     """Delete the row with this key if its version is at most ``version``
     (unconditionally when ``version`` is None); in an scd2 table, close the key's current
-    version at ``at`` instead."""
+    version at ``at`` instead. Never changed once made (not ``frozen``: see
+    :class:`KafkaRecord`)."""
 
     table: str
     key: Mapping[str, object]
@@ -126,9 +132,10 @@ class Delete:
     at: datetime | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Append:
-    """Insert the row unless one with the same unique key exists (a changelog's row)."""
+    """Insert the row unless one with the same unique key exists (a changelog's row).
+    Never changed once made (not ``frozen``: see :class:`KafkaRecord`)."""
 
     table: str
     row: Mapping[str, object]
@@ -137,11 +144,11 @@ class Append:
 Op = Upsert | Delete | Append
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Decoded:
     """What one record means: row operations, a dead-letter reason, a heartbeat of the
     outbox relay (stored, never applied to a table), or nothing (no mapped table takes
-    its event type)."""
+    its event type). Never changed once made (not ``frozen``: see :class:`KafkaRecord`)."""
 
     record: KafkaRecord
     ops: tuple[Op, ...] = ()

@@ -6,13 +6,15 @@ fields of a registry-format value that no column takes (schema evolution, report
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from relay.errors import DecodeError
 from relay.mirroring.mapping import TableMapping
 from relay.mirroring.ports import ValueDecoder
 
-_DECODER = json.JSONDecoder()
+_SCAN: Callable[[str, int], tuple[object, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+"""What ``JSONDecoder.raw_decode`` calls (the C scanner), without its Python frame (set by
+``JSONDecoder.__init__``; typeshed does not declare it)."""
 
 
 def json_object(raw: bytes, what: str) -> dict[str, object]:
@@ -25,7 +27,10 @@ def json_object(raw: bytes, what: str) -> dict[str, object]:
     try:
         if raw[:1] == b"{" and raw[1:2] != b"\x00":
             text = raw.decode("utf-8", "surrogatepass")
-            parsed, end = _DECODER.raw_decode(text)
+            try:
+                parsed, end = _SCAN(text, 0)
+            except StopIteration:  # never for a "{" (an object or a JSONDecodeError)
+                parsed, end = json.loads(raw), len(text)
             if end != len(text) and text[end:].strip(" \t\n\r"):
                 parsed = json.loads(raw)  # raises json's own "Extra data" error
         else:

@@ -170,12 +170,13 @@ class BulkTable:
         self, rounds: Sequence[Sequence[Upsert | Delete]], kinds: Sequence[set[str]]
     ) -> Iterable[tuple[object, ...]]:
         """The staging rows of ``rounds``; ``kinds[n]`` gets the kinds round n holds."""
+        values = self._pick if not self._json else self._values  # the first: one C call
         for number, round_ops in enumerate(rounds):
             upserts = deletes = False
             for op in round_ops:
                 if isinstance(op, Upsert):
                     upserts = True
-                    yield ("u", None, number, *self._values(op.row))
+                    yield ("u", None, number, *values(op.row))
                 else:
                     deletes = True
                     yield ("d", op.version, number, *(op.key[k] for k in self._key), *self._blank)
