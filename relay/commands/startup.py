@@ -121,19 +121,19 @@ def refuse_mixed_sharing(settings: RelaySettings) -> None:
         running = 0
     if not running:
         return
-    processes = "1 process" if running == 1 else f"{running} processes"
+    processes, s = ("1 process", "s") if running == 1 else (f"{running} processes", "")
     if settings.process_transactions:
         raise ConfigurationError(
             f"relay run --process-transactions: {processes} without --process-transactions "
-            f"share the relay partitions (group {other}); beside them this one would publish "
-            "rows twice: stop them first (every process of an outbox takes the same "
+            f"share{s} the relay partitions (group {other}); beside them this one would "
+            "publish rows twice: stop them first (every process of an outbox takes the same "
             "RELAY_PROCESS_TRANSACTIONS)"
         )
     raise ConfigurationError(
         f"relay run: {processes} with --process-transactions (members of group {other}) "
-        "publish the relay partitions; beside them this one would publish rows twice: run "
-        "it with --process-transactions too (every process of an outbox takes the same "
-        "RELAY_PROCESS_TRANSACTIONS), or stop them first"
+        f"publish{'es' if s else ''} the relay partitions; beside them this one would "
+        "publish rows twice: run it with --process-transactions too (every process of an "
+        "outbox takes the same RELAY_PROCESS_TRANSACTIONS), or stop them first"
     )
 
 

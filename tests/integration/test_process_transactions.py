@@ -236,7 +236,7 @@ def test_processes_with_and_without_process_transactions_refuse_to_share_an_outb
     group = f"{env.prefix}-positions"  # with --process-transactions; + ".members" without
     cases = (  # who runs first, who is refused, and what it says
         (_PROCESS, plain, f"1 process with --process-transactions (members of group {group})"),
-        (plain, _PROCESS, f"without --process-transactions share the relay partitions (group {group}"),  # noqa: E501
+        (plain, _PROCESS, f"without --process-transactions shares the relay partitions (group {group}"),  # noqa: E501
     )  # fmt: skip
     for first, second, said in cases:
         log = tmp_path / f"first-{len(ids)}.log"
