@@ -9,10 +9,14 @@ heartbeat) have none.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 
 from relay.publishing.ports import PublisherDecorator, TransactionalPublisher
 from relay.publishing.types import OutboxRecord
 from relay.runtime import tracing
+
+_TOPIC = attrgetter("topic")
+_HEADERS = attrgetter("headers")
 
 
 class TracedPublisher(PublisherDecorator):
@@ -29,7 +33,7 @@ class TracedPublisher(PublisherDecorator):
         if records:
             self._end("superseded")  # a second send in one transaction: never, but close it
             self._open = tracing.start_publish_span(
-                self._partition, {r.topic for r in records}, [r.headers for r in records]
+                self._partition, set(map(_TOPIC, records)), list(map(_HEADERS, records))
             )
         try:
             self._inner.send(records)
