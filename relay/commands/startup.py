@@ -63,6 +63,21 @@ def check_environment(settings: RelaySettings, database: Database) -> int:
     return partitions
 
 
+def _members_seen(settings: RelaySettings, group: str, what: str) -> int:
+    """The active members of ``group``; 0, with a warning, when this principal may not
+    describe it (one allowed only its own groups: the check cannot tell, the start goes
+    on, as in :func:`relay.commands.shared_run.refuse_beside`)."""
+    try:
+        return active_members(settings, group)
+    except KafkaError as exc:
+        if exc.code != "GROUP_AUTHORIZATION_FAILED":
+            raise
+        log.warning(
+            "%s: cannot tell whether processes of group %s are running: %s", what, group, exc
+        )
+        return 0
+
+
 def refuse_beside_members(settings: RelaySettings, what: str, *, fenced: bool = False) -> None:
     """A run of its own (``what``: ``relay run --once``, the Spark job, ...) fences the
     `relay run` processes that share the partitions through their members group: they
@@ -76,12 +91,7 @@ def refuse_beside_members(settings: RelaySettings, what: str, *, fenced: bool = 
     one that joins later fences the run's producers: I3). ``fenced``: that second check,
     of the positions group only (members of the members group use the run's own
     transactional ids: they fence each other)."""
-    try:
-        sharing = active_members(settings, settings.group)
-    except KafkaError as exc:
-        if exc.code != "GROUP_AUTHORIZATION_FAILED":
-            raise
-        sharing = 0
+    sharing = _members_seen(settings, settings.group, what)
     if sharing:
         running = "1 member" if sharing == 1 else f"{sharing} members"
         verb = "publishes" if sharing == 1 else "publish"
@@ -113,12 +123,7 @@ def refuse_mixed_sharing(settings: RelaySettings) -> None:
     first kind checks again after each fence of a partition's producer (``settings`` as
     :func:`for_database` returns them)."""
     other = settings.members_group if settings.process_transactions else settings.group
-    try:
-        running = active_members(settings, other)
-    except KafkaError as exc:
-        if exc.code != "GROUP_AUTHORIZATION_FAILED":
-            raise
-        running = 0
+    running = _members_seen(settings, other, "relay run")
     if not running:
         return
     processes, s = ("1 process", "s") if running == 1 else (f"{running} processes", "")

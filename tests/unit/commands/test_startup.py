@@ -84,3 +84,28 @@ def test_the_check_after_a_fence_looks_at_process_transaction_members_only(
     monkeypatch.setattr(startup, "active_members", _members(0, sharing=2))
     with pytest.raises(ConfigurationError, match="2 members of group shop-positions "):
         startup.refuse_beside_members(load_settings(environ=ENV), "relay run --once", fenced=True)
+
+
+def test_a_positions_group_it_may_not_describe_is_warned_of_and_the_start_goes_on(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    denied = KafkaError("describing group failed", code="GROUP_AUTHORIZATION_FAILED")
+
+    def active_members(_settings: object, group: str | None = None) -> int:
+        raise denied
+
+    monkeypatch.setattr(startup, "active_members", active_members)
+    sharing = load_settings(environ={**ENV, "RELAY_PROCESS_TRANSACTIONS": "1"})
+    with caplog.at_level(logging.WARNING, logger="relay.commands.startup"):
+        startup.refuse_beside_members(load_settings(environ=ENV), "relay run --once", fenced=True)
+        startup.refuse_mixed_sharing(load_settings(environ=ENV))
+        startup.refuse_mixed_sharing(sharing)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "relay run --once: cannot tell whether processes of group shop-positions are running:"
+        " describing group failed",
+        "relay run: cannot tell whether processes of group shop-positions are running:"
+        " describing group failed",
+        "relay run: cannot tell whether processes of group shop-positions.members are running:"
+        " describing group failed",
+    ]
