@@ -13,34 +13,30 @@ consumer seeks there. With ``targets`` (``--once`` and Spark), the loop returns 
 every target partition's stored offset has reached its target (the last stable offset
 when the run started); records at or past the target are left for the next run.
 With a :class:`~relay.mirroring.topic_guard.TopicGuard`, the stored offsets are checked
-against the topics on assignment, and each batch before it is applied.
+against the topics on assignment, and each batch before it is applied. Calls to the
+database, the decoder and the guard are tried again as
+:class:`~relay.mirroring.attempts.Attempts` says: after transient errors, and while a
+record may heal.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import suppress
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
-from typing import TypeVar
 
-from relay.errors import (
-    GaveUpError,
-    MirrorOffsetConflict,
-    OffsetOutOfRangeError,
-    RecordMayHealError,
-    RetriableError,
-)
+from relay.errors import MirrorOffsetConflict, OffsetOutOfRangeError, RetriableError
 from relay.mirroring.applier import Applier
+from relay.mirroring.attempts import Attempts
 from relay.mirroring.observer import LoopObserver, Unobserved
 from relay.mirroring.ports import MirrorStore, RecordStream
 from relay.mirroring.reporting import log_batch, log_progress, tp_text
 from relay.mirroring.topic_guard import TopicGuard
 from relay.mirroring.types import (
     ApplyResult,
-    Batch,
     KafkaRecord,
     MirrorSummary,
     PartitionEnd,
@@ -54,7 +50,6 @@ from relay.runtime.retry import RetryPolicy
 from relay.runtime.summary import RunSummary
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -103,23 +98,26 @@ class MirrorLoop:
         self._batch_size = batch_size
         self._max_wait_s = max_wait_s
         self._targets = dict(targets) if targets is not None else None
-        self._retry = retry or RetryPolicy()
         self._clock = clock or SystemClock()
         self._progress_every_s = progress_every_s
-        self._record_retries = record_retries
         self._observer = observer or Unobserved()
         self._guard = guard
         self._cursors: dict[TopicPartitionKey, _Cursor] = {}
         self._stats: dict[TopicPartitionKey, PartitionStats] = {}
         self._stream: RecordStream | None = None
         self._stop = threading.Event()
+        self._attempts = Attempts(
+            retry or RetryPolicy(), self._clock, self._stop, self._observer, record_retries
+        )
 
     # -- assignment (called by the consumer edge) -------------------------------------
 
     def assigned(
         self, partitions: Sequence[TopicPartitionKey]
     ) -> Mapping[TopicPartitionKey, int | None]:
-        stored = self._with_retry(lambda: self._store.stored_offsets(partitions), "reading offsets")
+        stored = self._attempts.retried(
+            lambda: self._store.stored_offsets(partitions), "reading offsets"
+        )
         identities = self._checked(partitions, stored)
         starts: dict[TopicPartitionKey, int | None] = {}
         for tp in partitions:
@@ -157,6 +155,7 @@ class MirrorLoop:
     def run(self, stream: RecordStream, stop: threading.Event | None = None) -> MirrorSummary:
         self._stream = stream
         self._stop = stop or threading.Event()
+        self._attempts = self._attempts.until(self._stop)
         poll_timeout = min(0.2, self._max_wait_s)
         next_progress = self._clock.monotonic() + self._progress_every_s
         while not self._stop.is_set() and not self.finished():
@@ -258,10 +257,10 @@ class MirrorLoop:
         tp = (cursor.topic, cursor.partition)
         guard, known = self._guard, cursor.identity
         if guard is not None and known is not None:
-            cursor.identity = self._with_retry(
+            cursor.identity = self._attempts.retried(
                 partial(guard.verify, cursor.topic, known, cursor.received), "describing topic"
             )
-        batch = self._with_retry(  # a schema registry out of reach: retried, never dead-lettered
+        batch = self._attempts.retried(  # a schema registry out of reach: never dead-lettered
             partial(
                 self._applier.batch,
                 cursor.topic,
@@ -274,7 +273,7 @@ class MirrorLoop:
             f"decoding {tp_text((cursor.topic, cursor.partition))}",
         )
         try:
-            applied = self._apply_waiting_for_healing(batch)
+            applied = self._attempts.applied(self._applier.apply, batch)
         except MirrorOffsetConflict as exc:
             self._resync(cursor, exc)
             return
@@ -285,26 +284,6 @@ class MirrorLoop:
         cursor.buffer = []
         cursor.since = None
         self._record(tp, result, cursor.expected, [d.record.timestamp_ms or 0 for d in batch.items])
-
-    def _apply_waiting_for_healing(self, batch: Batch) -> tuple[Batch, ApplyResult] | None:
-        """Apply ``batch``; while the database refuses one of its records with an error
-        that may heal (RecordMayHealError), wait with backoff and try again, up to
-        ``record_retries`` times, then let such records be dead-lettered. None: stopped."""
-        doing = f"applying {tp_text((batch.topic, batch.partition))}"
-        waited = 0
-        while True:
-            try:
-                return batch, self._with_retry(partial(self._applier.apply, batch), doing)
-            except RecordMayHealError as exc:
-                waited += 1
-                if waited >= self._record_retries:
-                    batch = replace(batch, waited=waited)
-                    continue
-                delay = self._retry.delay(waited)
-                log.warning("%s: %s; trying again in %.1f s", doing, exc, delay)
-                self._observer.retrying()
-                if self._clock.wait(delay, self._stop):
-                    return None
 
     def _record(
         self, tp: TopicPartitionKey, result: ApplyResult, next_offset: int, times: list[int]
@@ -320,7 +299,7 @@ class MirrorLoop:
 
     def _resync(self, cursor: _Cursor, conflict: MirrorOffsetConflict) -> None:
         tp = (cursor.topic, cursor.partition)
-        stored = self._with_retry(lambda: self._store.stored_offsets([tp]), "reading offsets")
+        stored = self._attempts.retried(lambda: self._store.stored_offsets([tp]), "reading offsets")
         cursor.identity = self._checked([tp], stored).get(tp[0])
         offset = stored[tp].next_offset if tp in stored else None
         log.warning(
@@ -346,7 +325,9 @@ class MirrorLoop:
         if self._guard is None:
             return {}
         guard = self._guard
-        return self._with_retry(partial(guard.assigned, partitions, stored), "describing topics")
+        return self._attempts.retried(
+            partial(guard.assigned, partitions, stored), "describing topics"
+        )
 
     def _explain(self, gone: OffsetOutOfRangeError) -> None:
         """A position not in the log: when the topic was created again, say that instead."""
@@ -354,23 +335,3 @@ class MirrorLoop:
         if self._guard is not None and cursor is not None and cursor.identity is not None:
             with suppress(RetriableError):  # Kafka did not answer: the position's error stands
                 self._guard.verify(gone.topic, cursor.identity, self._clock.monotonic())
-
-    def _with_retry(self, action: Callable[[], T], doing: str) -> T:
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                result = action()
-            except RecordMayHealError:
-                raise  # the record's own wait: _apply_waiting_for_healing
-            except RetriableError as exc:
-                if self._retry.gives_up_after(attempt) or self._stop.is_set():
-                    raise GaveUpError(f"{doing} failed {attempt} times: {exc}") from exc
-                delay = self._retry.delay(attempt)
-                log.warning("%s failed (%s); retrying in %.1f s", doing, exc, delay)
-                self._observer.retrying()
-                self._clock.wait(delay, self._stop)
-            else:
-                if attempt > 1:
-                    self._observer.resumed()
-                return result

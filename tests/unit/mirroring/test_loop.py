@@ -266,6 +266,25 @@ def test_a_record_that_never_heals_is_dead_lettered_after_its_retries() -> None:
     assert store.offsets == {P0: 3}
 
 
+def test_stopping_while_a_record_may_heal_leaves_the_batch_unapplied() -> None:
+    """The stop event given to run() also ends the wait for a record that may heal: the
+    batch is neither applied nor dead-lettered, its offset not stored."""
+    stream = FakeStream(logs_of([record(n, n, f"n{n}") for n in range(3)]), stable={P0: 3})
+    stop = threading.Event()
+
+    def no_parent_and_stopping(op: Upsert | Delete) -> str | None:
+        if not isinstance(op, Upsert) or op.row["id"] != 1:
+            return None
+        stop.set()
+        return "foreign key: no parent yet"
+
+    store = MemoryStore(refuses_for_now=no_parent_and_stopping)
+    loop = make_loop(store, None)
+    stream.assign([P0], loop)
+    loop.run(stream, stop)
+    assert (store.applied, store.dead, store.offsets) == ([], [], {})
+
+
 def test_partition_ends_already_overtaken_do_not_cut_batches() -> None:
     """A continuous mirror that fell behind finds records and the partition ends reported
     after each fetch queued together: everything fetched is applied in one batch per
