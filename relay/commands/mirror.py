@@ -98,6 +98,7 @@ def _loop(
         clock=clock,
         observer=observer,
         guard=TopicGuard(directory, settings.group, tables, clock),
+        overlap=True,  # the next batch read and decoded while the database applies one
     )
 
 

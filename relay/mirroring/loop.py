@@ -16,7 +16,8 @@ With a :class:`~relay.mirroring.topic_guard.TopicGuard`, the stored offsets are 
 against the topics on assignment, and each batch before it is applied. Calls to the
 database, the decoder and the guard are tried again as
 :class:`~relay.mirroring.attempts.Attempts` says: after transient errors, and while a
-record may heal.
+record may heal. With ``overlap`` a batch is applied on a thread of its own while the
+next is read and decoded, one at a time and in order (:mod:`relay.mirroring.apply_lane`).
 """
 
 from __future__ import annotations
@@ -25,12 +26,13 @@ import logging
 import threading
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
-from dataclasses import dataclass, field
 from functools import partial
 
 from relay.errors import MirrorOffsetConflict, OffsetOutOfRangeError, RetriableError
 from relay.mirroring.applier import Applier
+from relay.mirroring.apply_lane import ApplyLane
 from relay.mirroring.attempts import Attempts
+from relay.mirroring.cursors import PartitionCursor
 from relay.mirroring.observer import LoopObserver, Unobserved
 from relay.mirroring.ports import MirrorStore, RecordStream
 from relay.mirroring.reporting import log_batch, log_progress, tp_text
@@ -52,29 +54,6 @@ from relay.runtime.summary import RunSummary
 log = logging.getLogger(__name__)
 
 
-@dataclass(slots=True)
-class _Cursor:
-    topic: str
-    partition: int
-    expected: int | None  # stored next offset (None: no row stored yet)
-    fetched: int  # everything below this offset is buffered or applied
-    target: int | None = None
-    identity: TopicIdentity | None = None  # the topic as checked (None: no guard)
-    buffer: list[KafkaRecord] = field(default_factory=list)
-    since: float | None = None  # when the oldest unapplied record arrived
-    received: float = 0.0  # when the latest record or partition end arrived
-
-    @property
-    def stored(self) -> int:
-        return 0 if self.expected is None else self.expected
-
-    def pending(self) -> bool:
-        return bool(self.buffer) or self.fetched > self.stored
-
-    def done(self) -> bool:
-        return self.target is not None and self.stored >= self.target and not self.buffer
-
-
 class MirrorLoop:
     """Implements :class:`relay.mirroring.ports.AssignmentListener` for the consumer edge."""
 
@@ -92,6 +71,7 @@ class MirrorLoop:
         record_retries: int = 10,
         observer: LoopObserver | None = None,
         guard: TopicGuard | None = None,
+        overlap: bool = False,
     ) -> None:
         self._applier = applier
         self._store = store
@@ -102,19 +82,22 @@ class MirrorLoop:
         self._progress_every_s = progress_every_s
         self._observer = observer or Unobserved()
         self._guard = guard
-        self._cursors: dict[TopicPartitionKey, _Cursor] = {}
+        self._cursors: dict[TopicPartitionKey, PartitionCursor] = {}
         self._stats: dict[TopicPartitionKey, PartitionStats] = {}
         self._stream: RecordStream | None = None
         self._stop = threading.Event()
         self._attempts = Attempts(
             retry or RetryPolicy(), self._clock, self._stop, self._observer, record_retries
         )
+        self._overlap = overlap
+        self._lane: ApplyLane[PartitionCursor] = ApplyLane(overlap=False)
 
     # -- assignment (called by the consumer edge) -------------------------------------
 
     def assigned(
         self, partitions: Sequence[TopicPartitionKey]
     ) -> Mapping[TopicPartitionKey, int | None]:
+        self._settle()
         stored = self._attempts.retried(
             lambda: self._store.stored_offsets(partitions), "reading offsets"
         )
@@ -124,7 +107,7 @@ class MirrorLoop:
             offset = stored[tp].next_offset if tp in stored else None
             target = self._targets.get(tp) if self._targets is not None else None
             identity = identities.get(tp[0])
-            self._cursors[tp] = _Cursor(tp[0], tp[1], offset, offset or 0, target, identity)
+            self._cursors[tp] = PartitionCursor(tp[0], tp[1], offset, offset or 0, target, identity)
             stats = self._stats.setdefault(tp, PartitionStats(tp[0], tp[1]))
             stats.next_offset = offset
             starts[tp] = offset
@@ -138,6 +121,7 @@ class MirrorLoop:
         return starts
 
     def revoked(self, partitions: Sequence[TopicPartitionKey]) -> None:
+        self._settle()
         dropped = 0
         for tp in partitions:
             cursor = self._cursors.pop(tp, None)
@@ -156,6 +140,15 @@ class MirrorLoop:
         self._stream = stream
         self._stop = stop or threading.Event()
         self._attempts = self._attempts.until(self._stop)
+        self._lane = ApplyLane(self._overlap)
+        try:
+            self._run(stream)
+        finally:
+            self._lane.close()
+            self._lane = ApplyLane(overlap=False)
+        return self.summary()
+
+    def _run(self, stream: RecordStream) -> None:
         poll_timeout = min(0.2, self._max_wait_s)
         next_progress = self._clock.monotonic() + self._progress_every_s
         while not self._stop.is_set() and not self.finished():
@@ -167,19 +160,22 @@ class MirrorLoop:
             now = self._clock.monotonic()
             if ended is None:
                 self._flush_all()
+                self._settle()  # nothing else to do meanwhile
             else:
                 for tp in ended:
                     cursor = self._cursors.get(tp)  # None: revoked meanwhile
                     if cursor is not None:
                         self._flush(cursor)
             self._flush_waiting(now)
+            if self._lane.done():
+                self._settle()
             if self._targets is None and now >= next_progress:
                 stored = {tp: cursor.stored for tp, cursor in self._cursors.items()}
                 log_progress(log, stream, stored, self.summary())
                 next_progress = now + self._progress_every_s
         if not self.finished():
             self._flush_all()  # stopping: what is buffered is still ours to apply
-        return self.summary()
+        self._settle()
 
     def finished(self) -> bool:
         """With targets: every target partition is applied up to its target."""
@@ -251,7 +247,7 @@ class MirrorLoop:
             if cursor.since is not None and now - cursor.since >= self._max_wait_s:
                 self._flush(cursor)
 
-    def _flush(self, cursor: _Cursor) -> None:
+    def _flush(self, cursor: PartitionCursor) -> None:
         if not cursor.pending():
             return
         tp = (cursor.topic, cursor.partition)
@@ -265,24 +261,46 @@ class MirrorLoop:
                 self._applier.batch,
                 cursor.topic,
                 cursor.partition,
-                cursor.expected,
+                cursor.base,
                 cursor.fetched,
                 cursor.buffer,
                 identity=cursor.identity,
             ),
-            f"decoding {tp_text((cursor.topic, cursor.partition))}",
+            f"decoding {tp_text(tp)}",
         )
+        restarts = cursor.restarts
+        self._settle()  # one batch in the lane at most: batches are applied in order
+        if cursor.restarts != restarts:
+            return  # the batch before it did not store the offset it starts from: dropped
+        records, since = cursor.buffer, cursor.since
+        cursor.buffer, cursor.since, cursor.applying = [], None, batch.next_offset
+        apply = partial(self._attempts.applied, self._applier.apply, batch)
+        self._lane.hand_over(apply, cursor, batch, records, since)
+        if not self._overlap:
+            self._settle()
+
+    def _settle(self) -> None:
+        """Wait for the batch in the apply lane, and act on its outcome
+        (:mod:`relay.mirroring.apply_lane`)."""
+        flight = self._lane.take()
+        if flight is None:
+            return
+        cursor = flight.cursor
+        cursor.applying = None
         try:
-            applied = self._attempts.applied(self._applier.apply, batch)
+            outcome = flight.outcome.result()
         except MirrorOffsetConflict as exc:
+            cursor.buffer[:0] = flight.records  # dropped with the rest, and counted
             self._resync(cursor, exc)
             return
-        if applied is None:
-            return  # stopped while waiting; nothing applied, the records stay buffered
-        batch, result = applied
+        if outcome is None:  # stopped while waiting; nothing applied, the records stay buffered
+            cursor.buffer[:0] = flight.records
+            cursor.since = flight.since if flight.since is not None else cursor.since
+            cursor.restarts += 1
+            return
+        batch, result = outcome
         cursor.expected = batch.next_offset
-        cursor.buffer = []
-        cursor.since = None
+        tp = (cursor.topic, cursor.partition)
         self._record(tp, result, cursor.expected, [d.record.timestamp_ms or 0 for d in batch.items])
 
     def _record(
@@ -297,7 +315,7 @@ class MirrorLoop:
         self._observer.applied(tp, result.applied, len(result.dead_letters), next_offset, times)
         log_batch(log, tp, result, next_offset)
 
-    def _resync(self, cursor: _Cursor, conflict: MirrorOffsetConflict) -> None:
+    def _resync(self, cursor: PartitionCursor, conflict: MirrorOffsetConflict) -> None:
         tp = (cursor.topic, cursor.partition)
         stored = self._attempts.retried(lambda: self._store.stored_offsets([tp]), "reading offsets")
         cursor.identity = self._checked([tp], stored).get(tp[0])
@@ -313,6 +331,7 @@ class MirrorLoop:
         self._stats[tp].next_offset = offset
         self._observer.positioned({tp: offset})
         cursor.expected, cursor.fetched, cursor.buffer, cursor.since = offset, offset or 0, [], None
+        cursor.restarts += 1
         if self._stream is not None and not cursor.done():
             self._stream.seek(cursor.topic, cursor.partition, offset)
 

@@ -1,5 +1,6 @@
 """The mirror's consume loop over in-memory ports: batching, targets, offsets past
-markers, conflicts (zombies), revocation and retries."""
+markers, conflicts (zombies), revocation and retries. Every test runs twice: batches
+applied inline, and on the apply lane's own thread while the loop goes on (overlap)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,14 @@ from tests.fakes.mirroring import (
 
 P0: TopicPartitionKey = ("t", 0)
 P1: TopicPartitionKey = ("t", 1)
+
+
+OVERLAP = [False]
+
+
+@pytest.fixture(autouse=True, params=[False, True], ids=["inline", "overlapped"])
+def _lane(request: pytest.FixtureRequest) -> None:
+    OVERLAP[0] = request.param
 
 
 class FakeClock:
@@ -55,6 +64,7 @@ def make_loop(
         targets=targets,
         retry=retry or RetryPolicy(initial_delay_s=0.01),
         clock=FakeClock(),
+        overlap=OVERLAP[0],
     )
 
 
@@ -256,6 +266,7 @@ def test_a_record_that_never_heals_is_dead_lettered_after_its_retries() -> None:
         retry=RetryPolicy(initial_delay_s=0.01),
         clock=FakeClock(),
         record_retries=4,
+        overlap=OVERLAP[0],
     )
     stream.assign([P0], loop)
     loop.run(stream)
@@ -321,7 +332,9 @@ def test_a_skipped_tombstone_is_counted_and_logged(caplog: pytest.LogCaptureFixt
         stable={P0: 4},
     )
     store = MemoryStore()
-    loop = MirrorLoop(Applier([filtered], store), store, targets={P0: 4}, clock=FakeClock())
+    loop = MirrorLoop(
+        Applier([filtered], store), store, targets={P0: 4}, clock=FakeClock(), overlap=OVERLAP[0]
+    )
     stream.assign([P0], loop)
     with caplog.at_level("WARNING"):
         summary = loop.run(stream)
@@ -331,3 +344,51 @@ def test_a_skipped_tombstone_is_counted_and_logged(caplog: pytest.LogCaptureFixt
         "t[0]: 1 tombstone skipped (offset 2: event type 'ItemArchived' is not listed for items)"
         in caplog.text
     )
+
+
+def test_with_overlap_the_next_batch_is_read_while_the_last_one_is_applied() -> None:
+    """The first batch's apply waits until the loop reads the record that fills the
+    second one: applied in the loop's own thread, it would wait in vain."""
+    if not OVERLAP[0]:
+        pytest.skip("the overlapped lane only")
+    stream = FakeStream(logs_of([record(n, n, f"n{n}") for n in range(6)]), stable={P0: 6})
+    store = MemoryStore()
+    second_read = threading.Event()
+    stream.on_poll = lambda s: second_read.set() if s.positions.get(P0, 0) >= 5 else None
+    waited: list[bool] = []
+
+    def wait_for_the_second(batch: Batch) -> None:
+        if batch.expected is None:
+            waited.append(second_read.wait(5.0))
+
+    store.before_apply = wait_for_the_second
+    run_once(store, stream, batch_size=3)
+    assert waited == [True]
+    assert store.offsets == {P0: 6}
+    assert [offset for _, _, offset in store.applied] == [0, 1, 2, 3, 4, 5]
+
+
+def test_with_overlap_a_batch_read_behind_a_zombie_batch_is_dropped_not_applied() -> None:
+    """The second batch is decoded from the offset the first one would store; the first
+    one's compare-and-set fails (another consumer applied offsets 0-1 meanwhile): the
+    second is dropped, never handed to the database, and reading goes back to offset 2."""
+    if not OVERLAP[0]:
+        pytest.skip("the overlapped lane only")
+    stream = FakeStream(logs_of([record(n, n, f"n{n}") for n in range(8)]), stable={P0: 8})
+    store = MemoryStore()
+    second_read = threading.Event()
+    stream.on_poll = lambda s: second_read.set() if s.positions.get(P0, 0) >= 7 else None
+    starts: list[int | None] = []
+
+    def other_consumer_wins(batch: Batch) -> None:
+        starts.append(batch.expected)
+        if not store.offsets and second_read.wait(5.0):
+            store.offsets[P0] = 2
+            store.applied.extend(("t", 0, n) for n in range(2))
+
+    store.before_apply = other_consumer_wins
+    loop = run_once(store, stream, batch_size=4)
+    assert starts == [None, 2, 6]
+    assert stream.seeks == [(P0, 2)]
+    assert sorted(offset for _, _, offset in store.applied) == list(range(8))
+    assert loop.summary().total("conflicts") == 1
