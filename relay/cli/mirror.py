@@ -66,6 +66,7 @@ def _mirror(args: argparse.Namespace) -> int:
     from relay.runtime.metrics import serving
     from relay.runtime.observed import MirrorProgressMetrics
     from relay.runtime.progress import Progress
+    from relay.runtime.switching import switch_often
 
     settings = mirror_settings_from_args(args)
     if args.reset_recreated_topic:
@@ -101,6 +102,7 @@ def _mirror(args: argparse.Namespace) -> int:
         showing(progress, "applied", args.progress_interval_s),
     ):
         collect_less_often()  # this process is the mirror's alone: it can (collector)
+        switch_often()  # the applying thread gets the interpreter back quickly (switching)
         summary = service.run(once=args.once)
     print(describe_summary(summary))
     return 0
