@@ -17,6 +17,7 @@ from confluent_kafka import KafkaError as LibKafkaError
 from confluent_kafka import KafkaException, TopicPartition
 
 from relay.errors import (
+    RetriableError,
     TopicMissingError,
     UndeliverableEventError,
 )
@@ -220,6 +221,14 @@ class KafkaTransactionalPublisher(TransactionalProducer):
                 f"is not available: {err.str()}",
                 record.topic,
                 (record.id,),
+            )
+        if err is not None and err.code() == LibKafkaError._STATE:
+            # The transaction failed before this record (e.g. the broker forgot the
+            # transactional id while this instance was paused): abort it and read the
+            # position again (PartitionRelay._transaction_failed), as after a failed commit.
+            return RetriableError(
+                f"relay partition {self._partition}: producing to {record.topic} refused: "
+                f"{err.str()}; the transaction failed and is aborted"
             )
         return translate(exc, f"producing to {record.topic}", self._partition)
 
