@@ -346,15 +346,24 @@ def test_a_skipped_tombstone_is_counted_and_logged(caplog: pytest.LogCaptureFixt
     )
 
 
+def _reading_past(records: int, offset: int) -> tuple[FakeStream, threading.Event]:
+    """An overlapped-lane test's stream of ``records`` records, and an event set once the
+    loop polls for the record at ``offset``."""
+    if not OVERLAP[0]:
+        pytest.skip("the overlapped lane only")
+    stream = FakeStream(
+        logs_of([record(n, n, f"n{n}") for n in range(records)]), stable={P0: records}
+    )
+    read = threading.Event()
+    stream.on_poll = lambda s: read.set() if s.positions.get(P0, 0) >= offset else None
+    return stream, read
+
+
 def test_with_overlap_the_next_batch_is_read_while_the_last_one_is_applied() -> None:
     """The first batch's apply waits until the loop reads the record that fills the
     second one: applied in the loop's own thread, it would wait in vain."""
-    if not OVERLAP[0]:
-        pytest.skip("the overlapped lane only")
-    stream = FakeStream(logs_of([record(n, n, f"n{n}") for n in range(6)]), stable={P0: 6})
+    stream, second_read = _reading_past(6, 5)
     store = MemoryStore()
-    second_read = threading.Event()
-    stream.on_poll = lambda s: second_read.set() if s.positions.get(P0, 0) >= 5 else None
     waited: list[bool] = []
 
     def wait_for_the_second(batch: Batch) -> None:
@@ -372,12 +381,8 @@ def test_with_overlap_a_batch_read_behind_a_zombie_batch_is_dropped_not_applied(
     """The second batch is decoded from the offset the first one would store; the first
     one's compare-and-set fails (another consumer applied offsets 0-1 meanwhile): the
     second is dropped, never handed to the database, and reading goes back to offset 2."""
-    if not OVERLAP[0]:
-        pytest.skip("the overlapped lane only")
-    stream = FakeStream(logs_of([record(n, n, f"n{n}") for n in range(8)]), stable={P0: 8})
+    stream, second_read = _reading_past(8, 7)
     store = MemoryStore()
-    second_read = threading.Event()
-    stream.on_poll = lambda s: second_read.set() if s.positions.get(P0, 0) >= 7 else None
     starts: list[int | None] = []
 
     def other_consumer_wins(batch: Batch) -> None:
