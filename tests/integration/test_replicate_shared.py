@@ -68,6 +68,25 @@ def started(log: Path) -> Counter[int]:
     return Counter(int(p) for p in found)
 
 
+def retaken(log: Path) -> Counter[int]:
+    """How many times an instance started again a source partition that was fenced while
+    the group still gave it to this instance (a stale assignment, later confirmed)."""
+    found = re.findall(r"\[(\d+)\]: still assigned here, taking it back", log.read_text())
+    return Counter(int(p) for p in found)
+
+
+def started_only_when_given(logs: list[Path]) -> str | None:
+    """Why an instance started a source partition more often than the group gave it one
+    (the log's name and the partitions), or None: each start answers a hand-over or a
+    retake. A hand-over revoked before its start logged nothing is no start."""
+    for log in logs:
+        given = taken(log) + retaken(log)
+        extra = {p: n for p, n in started(log).items() if n > given[p]}
+        if extra:
+            return f"{log.name} started {extra} more often than given {dict(given)}"
+    return None
+
+
 def spread_between(logs: list[Path]) -> Callable[[], bool]:
     """Whether every one of ``logs``' instances holds source partitions, and together
     each partition once."""
@@ -114,7 +133,7 @@ def test_instances_share_the_source_partitions_and_take_over_a_killed_or_paused_
         wait_until(copied(replica, topic, target), 60, "the backlog copied", explain)
         # Each instance started (fenced) a partition only when the group gave it that one,
         # so it copies only its own, not every partition.
-        assert [started(log) for log in logs] == [taken(log) for log in logs], explain()
+        assert started_only_when_given(logs) is None, started_only_when_given(logs)
 
         a, b, c = members
         moved = holdings(logs[0])
@@ -128,7 +147,7 @@ def test_instances_share_the_source_partitions_and_take_over_a_killed_or_paused_
         print(f"a killed instance's partitions {sorted(moved)} taken over {took_over:.1f} s later")
         assert took_over < 2 * _SESSION_MS / 1000, explain()
         assert b.poll() is None and c.poll() is None, explain()
-        assert [started(log) for log in logs[1:]] == [taken(log) for log in logs[1:]], explain()
+        assert started_only_when_given(logs[1:]) is None, started_only_when_given(logs[1:])
 
         # A zombie: b paused past its session; c takes everything over and fences it.
         os.kill(b.pid, signal.SIGSTOP)
