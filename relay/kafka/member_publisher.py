@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import logging
 
-from confluent_kafka import KafkaError as LibKafkaError
 from confluent_kafka import KafkaException, Producer, TopicPartition
 
 from relay.errors import RetriableError
-from relay.kafka.errors import RECORD_REFUSED, lib_error
+from relay.kafka.errors import RECORD_REFUSED
 from relay.kafka.member_transactions import MemberTransactions
 from relay.kafka.positions import committed_position
 from relay.kafka.publisher import KafkaTransactionalPublisher
-from relay.publishing.types import CommittedPosition, OutboxRecord, PositionOwner
+from relay.publishing.types import CommittedPosition, PositionOwner
 from relay.settings.relay import RelaySettings
 
 log = logging.getLogger(__name__)
@@ -82,17 +81,6 @@ class MemberPartitionPublisher(KafkaTransactionalPublisher):
         error = self._transactions.finish(self._partition, None)
         if error is not None and not isinstance(error, RetriableError):
             raise error
-
-    def _produce_error(self, exc: KafkaException, record: OutboxRecord) -> Exception:
-        # The process aborted the transaction under this partition (another partition's
-        # part never finished): the batch is sent again in the next one.
-        err = lib_error(exc)
-        if err is not None and err.code() == LibKafkaError._STATE:
-            return RetriableError(
-                f"relay partition {self._partition}: the process's transaction ended "
-                f"while its records were sent ({err.str()})"
-            )
-        return super()._produce_error(exc, record)
 
     def reset(self) -> None:
         """The process's producer is rebuilt by the transaction that needed it; this

@@ -223,12 +223,15 @@ class KafkaTransactionalPublisher(TransactionalProducer):
                 (record.id,),
             )
         if err is not None and err.code() == LibKafkaError._STATE:
-            # The transaction failed before this record (e.g. the broker forgot the
-            # transactional id while this instance was paused): abort it and read the
-            # position again (PartitionRelay._transaction_failed), as after a failed commit.
+            # The transaction ended under this record: it failed (e.g. the broker forgot
+            # the transactional id while this instance was paused), or, with one
+            # transaction per process, the process aborted it (another partition's part
+            # never finished). Abort and read the position again
+            # (PartitionRelay._transaction_failed), as after a failed commit; the batch is
+            # sent again in the next transaction.
             return RetriableError(
                 f"relay partition {self._partition}: producing to {record.topic} refused: "
-                f"{err.str()}; the transaction failed and is aborted"
+                f"{err.str()}; the transaction ended under it and is aborted"
             )
         return translate(exc, f"producing to {record.topic}", self._partition)
 

@@ -306,12 +306,7 @@ class MirrorLoop:
     def _record(
         self, tp: TopicPartitionKey, result: ApplyResult, next_offset: int, times: list[int]
     ) -> None:
-        stats = self._stats[tp]
-        stats.applied += result.applied
-        stats.skipped += result.skipped
-        stats.dead_lettered += len(result.dead_letters)
-        stats.skipped_tombstones += len(result.skipped_tombstones)
-        stats.next_offset = next_offset
+        self._stats[tp].count(result, next_offset)
         self._observer.applied(tp, result.applied, len(result.dead_letters), next_offset, times)
         log_batch(log, tp, result, next_offset)
 

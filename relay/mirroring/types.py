@@ -214,6 +214,14 @@ class PartitionStats:
     skipped_tombstones: int = 0
     next_offset: int | None = None
 
+    def count(self, result: ApplyResult, next_offset: int) -> None:
+        """Add an applied batch's result; the partition continues at ``next_offset``."""
+        self.applied += result.applied
+        self.skipped += result.skipped
+        self.dead_lettered += len(result.dead_letters)
+        self.skipped_tombstones += len(result.skipped_tombstones)
+        self.next_offset = next_offset
+
 
 MirrorSummary = RunSummary[PartitionStats]
 
