@@ -10,7 +10,7 @@ record, mirror_statements)::
     current, per round R (relay.mirroring.bulk: the R-th operation of each key):
         DELETE FROM t USING stage WHERE round = R AND op = 'd' AND key matches
             AND (guard IS NULL OR t.version <= guard)
-        INSERT INTO t SELECT ... FROM stage WHERE round = R AND op = 'u'
+        INSERT INTO t SELECT ... FROM stage WHERE round = R AND op = 'u' ORDER BY key
             ON CONFLICT (key) DO UPDATE SET ... WHERE t.version < EXCLUDED.version
     changelog: INSERT INTO t SELECT ... FROM stage ORDER BY round ON CONFLICT DO NOTHING
                (round: the record order, so the first of two rows with one unique key stays)
@@ -130,8 +130,13 @@ class BulkTable:
             mapping.version.column,
             *(c for c, _ in mapping.metadata),
         ]
+        # A round holds each key once, so its order changes no result. In key order
+        # PostgreSQL updated 78 % of the rows in place (HOT: no new index entry) against
+        # 17 % in record order, and the table stayed a third of the size
+        # (docs/performance.md, 2026-11-27).
         self._insert = (
             f"{insert} WHERE {_ROUND} = %s AND {_OP} = 'u' "
+            f"ORDER BY {', '.join(q(k) for k in self._key)} "
             f"ON CONFLICT ({', '.join(q(k) for k in self._key)}) DO UPDATE SET "
             + ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in updated)
             + f" WHERE relay_target.{version} < EXCLUDED.{version}"
