@@ -19,9 +19,12 @@ from tests.integration.writes import write_events
 pytestmark = pytest.mark.integration
 
 PARTITIONS = [0, 1, 2, 3]
+# The clients' sessions only: an autovacuum worker in the database is the superuser's,
+# and terminating it is refused (must be a superuser to terminate superuser process).
 END_SESSIONS = (
     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+    "AND backend_type = 'client backend'"
 )
 
 
