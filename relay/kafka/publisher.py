@@ -207,14 +207,16 @@ class KafkaTransactionalPublisher(TransactionalProducer):
 
     def _produce_error(self, exc: KafkaException, record: OutboxRecord) -> Exception:
         err = lib_error(exc)
-        if err is not None and err.code() in RECORD_REFUSED:
+        if err is None:
+            return translate(exc, f"producing to {record.topic}", self._partition)
+        if err.code() in RECORD_REFUSED:
             return UndeliverableEventError(
                 f"relay partition {self._partition}: Kafka refuses outbox row "
                 f"{record.id}: {err.str()}",
                 (record.id,),
                 f"{err.str()} ({err.name()})",
             )
-        if err is not None and err.code() in TOPIC_MISSING:
+        if err.code() in TOPIC_MISSING:
             self._topics.forget(record.topic)
             return TopicMissingError(
                 f"relay partition {self._partition}: topic {record.topic!r} "
@@ -222,7 +224,7 @@ class KafkaTransactionalPublisher(TransactionalProducer):
                 record.topic,
                 (record.id,),
             )
-        if err is not None and err.code() == LibKafkaError._STATE:
+        if err.code() == LibKafkaError._STATE:
             # The transaction ended under this record: it failed (e.g. the broker forgot
             # the transactional id while this instance was paused), or, with one
             # transaction per process, the process aborted it (another partition's part

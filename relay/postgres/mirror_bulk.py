@@ -130,14 +130,14 @@ class BulkTable:
             mapping.version.column,
             *(c for c, _ in mapping.metadata),
         ]
+        keys = ", ".join(q(k) for k in self._key)
         # A round holds each key once, so its order changes no result. In key order
         # PostgreSQL updated 73 % of the rows in place (HOT: no new index entry) against
         # 16 % in record order, and the table stayed under half the size
         # (docs/performance.md, "The mirror's upserts in key order").
         self._insert = (
             f"{insert} WHERE {_ROUND} = %s AND {_OP} = 'u' "
-            f"ORDER BY {', '.join(q(k) for k in self._key)} "
-            f"ON CONFLICT ({', '.join(q(k) for k in self._key)}) DO UPDATE SET "
+            f"ORDER BY {keys} ON CONFLICT ({keys}) DO UPDATE SET "
             + ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in updated)
             + f" WHERE relay_target.{version} < EXCLUDED.{version}"
         )

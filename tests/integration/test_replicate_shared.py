@@ -133,7 +133,7 @@ def test_instances_share_the_source_partitions_and_take_over_a_killed_or_paused_
         wait_until(copied(replica, topic, target), 60, "the backlog copied", explain)
         # Each instance started (fenced) a partition only when the group gave it that one,
         # so it copies only its own, not every partition.
-        assert started_only_when_given(logs) is None, started_only_when_given(logs)
+        assert (extra := started_only_when_given(logs)) is None, extra
 
         a, b, c = members
         moved = holdings(logs[0])
@@ -147,7 +147,7 @@ def test_instances_share_the_source_partitions_and_take_over_a_killed_or_paused_
         print(f"a killed instance's partitions {sorted(moved)} taken over {took_over:.1f} s later")
         assert took_over < 2 * _SESSION_MS / 1000, explain()
         assert b.poll() is None and c.poll() is None, explain()
-        assert started_only_when_given(logs[1:]) is None, started_only_when_given(logs[1:])
+        assert (extra := started_only_when_given(logs[1:])) is None, extra
 
         # A zombie: b paused past its session; c takes everything over and fences it.
         os.kill(b.pid, signal.SIGSTOP)
