@@ -16,11 +16,12 @@ import logging
 from confluent_kafka import KafkaException, Producer, TopicPartition
 
 from relay.errors import RetriableError
+from relay.kafka.departed_members import MEMBER_FIELD
 from relay.kafka.errors import RECORD_REFUSED
 from relay.kafka.member_transactions import MemberTransactions
 from relay.kafka.positions import committed_position
 from relay.kafka.publisher import KafkaTransactionalPublisher
-from relay.publishing.types import CommittedPosition, PositionOwner
+from relay.publishing.types import CommittedPosition, OutboxRecord, PositionOwner
 from relay.settings.relay import RelaySettings
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,8 @@ class MemberPartitionPublisher(KafkaTransactionalPublisher):
         self._once_runs_fenced = False
         super().__init__(settings, partition, owner)
         self._fenced = True  # the process's producer initialised its transactions
+        if not settings.member_id:  # named: relay.kafka.departed_members may fence it
+            self._stamp = owner.stamp(**{MEMBER_FIELD: transactions.transactional_id})
 
     def _build(self) -> Producer:
         return self._transactions.producer
@@ -55,13 +58,17 @@ class MemberPartitionPublisher(KafkaTransactionalPublisher):
         if not self._once_runs_fenced:
             self._transactions.fence_once_runs(self._partition)
             self._once_runs_fenced = True
+        self._transactions.end_departed(self._partition)
         self._follow_producer()
         return committed_position(self._read_committed(self._position_tp))
 
+    def _produce_error(self, exc: KafkaException, record: OutboxRecord) -> Exception:
+        return self._transactions.after_fence(super()._produce_error(exc, record))
+
     def begin(self) -> None:
-        self._follow_producer()
         self._delivery_error = None
-        self._transactions.begin(self._partition)
+        self._transactions.begin(self._partition)  # may rebuild the process's producer
+        self._follow_producer()
 
     def commit(self, position: int) -> None:
         offset = TopicPartition(

@@ -25,12 +25,18 @@ with a read_committed consumer, which waits for a pending transactional offset c
 Before that, it initialises the partition's own transactional id ``<prefix>-<p>`` once,
 which fences a `--once` run or Spark task that started before it joined.
 
-A process killed with its transaction open leaves it to the broker, which aborts it after
-``transaction.timeout.ms``; until then read_committed readers of the topic partitions it
-wrote to wait. With ``--member-id NAME`` the transactional id is ``<prefix>-member-NAME``
-and the process a static member of the group (``group.instance.id`` NAME): restarted
-under the same name, it gets its relay partitions back without a rebalance, and its
-``init_transactions`` aborts what its predecessor left open at once.
+A process killed with its transaction open leaves it open on the broker; until it is
+aborted, read_committed readers of the topic partitions it wrote to wait. Without
+``--member-id`` every position the process commits names it, and the member that takes a
+relay partition over fences the process the position names once it is gone from the
+group, which aborts that transaction at once (:mod:`relay.kafka.departed_members`). A
+process fenced so, gone from the group for a while but alive, goes on with a new producer
+(its stale generation still keeps it from committing). With ``--member-id NAME`` the
+transactional id is ``<prefix>-member-NAME`` and the process a static member of the group
+(``group.instance.id`` NAME): restarted under the same name, it gets its relay partitions
+back without a rebalance, and its ``init_transactions`` aborts what its predecessor left
+open at once; stopped for good, it leaves its open transaction to the broker's
+``transaction.timeout.ms``.
 """
 
 from __future__ import annotations
@@ -41,7 +47,14 @@ import uuid
 
 from confluent_kafka import KafkaException, Producer, TopicPartition
 
-from relay.errors import AmbiguousCommitError, ConfigurationError, RetriableError
+from relay.errors import (
+    AmbiguousCommitError,
+    ConfigurationError,
+    KafkaError,
+    ProducerFencedError,
+    RetriableError,
+)
+from relay.kafka.departed_members import DepartedMembers, PositionsGroupView
 from relay.kafka.errors import abort_failure, kafka_reason, translate, translate_transactional
 from relay.kafka.membership import KafkaMembership, Partitions
 from relay.kafka.transactions import PRODUCER_DEFAULTS, commit_with_offsets
@@ -53,6 +66,7 @@ _librdkafka_log = logging.getLogger(LIBRDKAFKA_LOGGER)
 
 _METADATA_MAGIC = b"CGMDv2:"
 _OUTCOMES_KEPT = 1000  # transactions whose outcome a late waiter can still read
+_FATAL = "_FATAL"  # librdkafka's name for a call on a producer that failed fatally
 
 
 def member_generation(metadata: object) -> int:
@@ -94,6 +108,15 @@ class MemberTransactions:
             revoked=revoked,
             group=settings.group,
             instance_id=settings.member_id,
+            client_id=self.transactional_id,
+        )
+        self._group_view = PositionsGroupView(settings)
+        self._departed = DepartedMembers(
+            self.transactional_id,
+            self._initialise,
+            self._group_view.last_committer,
+            self._group_view.members,
+            settings.group,
         )
         try:
             self.producer = Producer(self._producer_config(), logger=_librdkafka_log)
@@ -140,6 +163,7 @@ class MemberTransactions:
     def close(self) -> None:
         """Leave the group (after the partitions' threads ended: no transaction is open)."""
         self._membership.close()
+        self._group_view.close()
         try:
             self.producer.flush(0)
         except KafkaException as exc:
@@ -148,13 +172,24 @@ class MemberTransactions:
     def fence_once_runs(self, partition: int) -> None:
         """Initialise relay partition ``partition``'s own transactional id once: a `--once`
         run or Spark task that uses it is fenced (and its open transaction aborted)."""
+        try:
+            self._initialise(self._settings.transactional_id(partition))
+        except KafkaException as exc:
+            raise translate(exc, "init_transactions", partition) from None
+
+    def end_departed(self, partition: int) -> None:
+        """Abort the transaction a process that left the group (killed, say) may have
+        left open, if ``partition``'s position names it (:mod:`.departed_members`)."""
+        self._departed.end_transaction_left_by(partition)
+
+    def _initialise(self, transactional_id: str) -> None:
+        """``init_transactions`` under ``transactional_id``: its previous user is fenced
+        and its open transaction aborted."""
         config = self._producer_config()
-        config["transactional.id"] = self._settings.transactional_id(partition)
+        config["transactional.id"] = transactional_id
         producer = Producer(config, logger=_librdkafka_log)
         try:
             producer.init_transactions(self._timeout)
-        except KafkaException as exc:
-            raise translate(exc, "init_transactions", partition) from None
         finally:
             producer.flush(0)
 
@@ -169,7 +204,8 @@ class MemberTransactions:
                 try:
                     self.producer.begin_transaction()
                 except KafkaException as exc:
-                    raise translate_transactional(exc, "relay process: begin_transaction") from None
+                    error = translate_transactional(exc, "relay process: begin_transaction")
+                    raise self.after_fence(error) from None
                 self._open, self._txn = True, self._txn + 1
                 self._joined, self._arrived, self._doomed = set(), {}, None
             self._joined.add(partition)
@@ -243,7 +279,7 @@ class MemberTransactions:
         except RetriableError as exc:
             return self._abort(exc)
         except Exception as exc:  # fatal: every partition's thread stops the process
-            return exc
+            return self.after_fence(exc)
         return None
 
     def _abort(self, error: Exception) -> Exception:
@@ -253,8 +289,26 @@ class MemberTransactions:
             failure = abort_failure(exc, "relay process: abort_transaction")
             if isinstance(failure, AmbiguousCommitError):
                 self._rebuild_producer()
-            return failure
+            return self.after_fence(failure)
         return error
+
+    def after_fence(self, error: Exception) -> Exception:
+        """A process without --member-id is fenced only by a member that found it gone
+        from the group (:mod:`.departed_members`): out of the group for a while, it lost
+        its open transaction, and goes on with a new producer (a stale generation still
+        keeps it from committing). ``error``: the fence, or a produce refused because the
+        fence left the producer failed (``_FATAL``). Fenced under its --member-id,
+        another process has its name: ``error`` stands, as does any other error."""
+        fenced = isinstance(error, ProducerFencedError) or (
+            isinstance(error, KafkaError) and error.code == _FATAL
+        )
+        if not fenced or self._settings.member_id:
+            return error
+        self._rebuild = True  # before the next transaction
+        return RetriableError(
+            f"relay process: {error}; a member found this process gone from group "
+            f"{self._settings.group} and aborted its transaction; a new producer goes on"
+        )
 
     def _rebuild_producer(self) -> None:
         """A new producer with the same transactional id, initialised: settles the

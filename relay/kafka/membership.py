@@ -56,6 +56,7 @@ class Membership(Generic[K]):
         paused: bool = False,
         metadata_refresh_ms: int | None = None,
         instance_id: str | None = None,
+        client_id: str | None = None,
     ) -> None:
         self._assigned, self._revoked, self._paused = assigned, revoked, paused
         self._group = group
@@ -76,6 +77,8 @@ class Membership(Generic[K]):
             config["topic.metadata.refresh.interval.ms"] = metadata_refresh_ms
         if instance_id is not None:  # a static member: keeps its partitions over a restart
             config["group.instance.id"] = instance_id
+        if client_id is not None:  # how the group's description names this member
+            config["client.id"] = client_id
         try:
             self._consumer = Consumer(config, logger=_librdkafka_log)
         except KafkaException as exc:
@@ -163,10 +166,12 @@ class KafkaMembership(Membership[int]):
         revoked: Partitions,
         group: str | None = None,
         instance_id: str | None = None,
+        client_id: str | None = None,
     ) -> None:
         """``group``: the group to join (default: the members group; the positions group
         with --process-transactions, :mod:`relay.kafka.member_transactions`);
-        ``instance_id``: a static member's name (``--member-id``)."""
+        ``instance_id``: a static member's name (``--member-id``); ``client_id``: this
+        member's name in the group's description (its transactional id)."""
         super().__init__(
             settings.kafka,
             group or settings.members_group,
@@ -175,6 +180,7 @@ class KafkaMembership(Membership[int]):
             revoked=revoked,
             paused=True,  # the positions topic: only its committed offsets matter
             instance_id=instance_id,
+            client_id=client_id,
         )
         self._topic = settings.positions_topic
         self._count = relay_partitions

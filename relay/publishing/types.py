@@ -64,9 +64,10 @@ class PositionOwner:
     database_id: str
     transactional_id_prefix: str
 
-    def stamp(self) -> str:
-        """The offset metadata written with each position."""
-        return stamp(db=self.database_id, prefix=self.transactional_id_prefix)
+    def stamp(self, **extra: str) -> str:
+        """The offset metadata written with each position; ``extra``: more fields (who
+        committed it), which readers of the owner ignore."""
+        return stamp(db=self.database_id, prefix=self.transactional_id_prefix, **extra)
 
     @classmethod
     def from_stamp(cls, text: str | None) -> PositionOwner | None:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+import relay
 from relay.chaos.process_tree import is_stopped
 from relay.devenv.waiting import wait_until
 from tests.integration.support import (
@@ -27,7 +28,7 @@ from tests.integration.support import (
     start_relay,
     stop_members,
 )
-from tests.integration.writes import write_events
+from tests.integration.writes import publish_events, write_events
 
 _SESSION_MS = "6000"  # the broker's group.min.session.timeout.ms
 _PROCESS = {"RELAY_PROCESS_TRANSACTIONS": "true", "RELAY_MEMBER_SESSION_TIMEOUT_MS": _SESSION_MS}
@@ -52,6 +53,20 @@ def _ends(bootstrap: str, topic: str, isolation: str) -> dict[int, int]:
         }
     finally:
         consumer.close()
+
+
+def _held_back(env: RelayTestEnv, topic: str) -> dict[int, tuple[int, int]]:
+    """The partitions whose last stable offset is below their high watermark."""
+    stable = _ends(env.bootstrap_servers, topic, "read_committed")
+    high = _ends(env.bootstrap_servers, topic, "read_uncommitted")
+    return {p: (stable[p], high[p]) for p in high if stable[p] < high[p]}
+
+
+def _stable_past(env: RelayTestEnv, topic: str, left_open: dict[int, tuple[int, int]]) -> bool:
+    """Whether each partition ``left_open`` held back is stable past what it held back
+    (the open transaction was aborted)."""
+    stable = _ends(env.bootstrap_servers, topic, "read_committed")
+    return all(stable[p] >= high for p, (_, high) in left_open.items())
 
 
 def _tails(*logs: Path) -> str:
@@ -183,27 +198,17 @@ def test_a_member_restarted_under_its_name_aborts_the_transaction_it_left_open(
     b = None
     explain = partial(_tails, a_log, b_log)
 
-    def held_back() -> dict[int, tuple[int, int]]:
-        """The partitions whose last stable offset is below their high watermark."""
-        stable = _ends(env.bootstrap_servers, topic, "read_committed")
-        high = _ends(env.bootstrap_servers, topic, "read_uncommitted")
-        return {p: (stable[p], high[p]) for p in high if stable[p] < high[p]}
-
     try:
         wait_until(lambda: "taking relay partitions [0, 1, 2, 3]" in a_log.read_text(), 60, "A")
         ids = write_events(env.database_url, topic, 200)
         wait_until(held.exists, 60, "A to hold its transaction open", explain)
-        wait_until(lambda: bool(held_back()), 30, "A's records to reach the broker", explain)
+        wait_until(lambda: bool(_held_back(env, topic)), 30, "A's records on the broker", explain)
         a.kill()
         a.wait(30)
-        left_open = held_back()
+        left_open = _held_back(env, topic)
         b = start_relay(env, "run", log=b_log, **named)
         wait_until(
-            lambda: all(
-                stable >= left_open[p][1]
-                for p, stable in _ends(env.bootstrap_servers, topic, "read_committed").items()
-                if p in left_open
-            ),
+            partial(_stable_past, env, topic, left_open),
             20,
             f"the restart to abort the transaction left open {left_open}",
             explain,
@@ -252,4 +257,72 @@ def test_processes_with_and_without_process_transactions_refuse_to_share_an_outb
         finally:
             (code,) = stop_members([running])
         assert code == 0, log.read_text()
+    assert_exactly_once_in_order(read_committed(env.bootstrap_servers, topic), ids)
+
+
+def _keys_of(env: RelayTestEnv, partitions: set[int], count: int) -> list[str]:
+    """``count`` keys whose relay partitions (of the test outbox's 4) are in
+    ``partitions``, each partition's in turn."""
+    found: dict[int, list[str]] = {p: [] for p in partitions}
+    n = 0
+    while min(len(keys) for keys in found.values()) < count // len(partitions) + 1:
+        key = f"key-{n}"
+        [(p,)] = env.sql("SELECT outbox_partition_of(convert_to(:k, 'UTF8'), 4)", k=key)
+        if p in found:
+            found[p].append(key)
+        n += 1
+    cycle = [key for keys in zip(*found.values(), strict=False) for key in keys]
+    return cycle[:count]
+
+
+def _write_keys(env: RelayTestEnv, topic: str, keys: list[str], start: int) -> set[int]:
+    events = [relay.Event(topic, key, {"n": start + i}) for i, key in enumerate(keys)]
+    return publish_events(env.database_url, events)
+
+
+@pytest.mark.long(50)
+def test_a_member_taking_over_aborts_the_transaction_a_killed_member_left_open(
+    relay_env: RelayTestEnv, topic: str, tmp_path: Path
+) -> None:
+    """A (a random name) publishes relay partitions 0-2, then is killed with a transaction
+    open (its records on the broker, relay partition 3's part held). B, a new process,
+    takes the partitions over: their positions name A, which is no longer a member, so B
+    fences A's transactional id, which aborts the transaction at once. read_committed
+    readers see past it in seconds, not after transaction.timeout.ms (60 s here), and
+    every row is published once."""
+    env = relay_env
+    held = tmp_path / "held"
+    timeout = {"RELAY_TRANSACTION_TIMEOUT_MS": "60000"}
+    a_log, b_log = tmp_path / "a.log", tmp_path / "b.log"
+    a = start_relay(
+        env,
+        "run",
+        log=a_log,
+        RELAY_FAILPOINTS=f"before_commit=hold,once={held},partition=3",
+        **_PROCESS,
+        **timeout,
+    )
+    b = None
+    explain = partial(_tails, a_log, b_log)
+    try:
+        wait_until(lambda: "taking relay partitions [0, 1, 2, 3]" in a_log.read_text(), 60, "A")
+        ids = _write_keys(env, topic, _keys_of(env, {0, 1, 2}, 60), 0)
+        wait_until(lambda: _drained(env), 60, "A to publish relay partitions 0-2", explain)
+        ids |= _write_keys(env, topic, _keys_of(env, {0, 1, 2, 3}, 80), 60)
+        wait_until(held.exists, 60, "A to hold its transaction open", explain)
+        wait_until(lambda: bool(_held_back(env, topic)), 30, "A's records on the broker", explain)
+        a.kill()
+        a.wait(30)
+        left_open = _held_back(env, topic)
+        b = start_relay(env, "run", log=b_log, **_PROCESS, **timeout)
+        wait_until(
+            partial(_stable_past, env, topic, left_open),
+            25,
+            f"B to abort the transaction A left open {left_open}",
+            explain,
+        )
+        wait_until(lambda: _drained(env), 60, "B to publish", explain)
+    finally:
+        stop_members([a, b])
+    assert "is no longer a member of group" in b_log.read_text(), b_log.read_text()
     assert_exactly_once_in_order(read_committed(env.bootstrap_servers, topic), ids)

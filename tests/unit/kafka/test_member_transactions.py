@@ -7,8 +7,10 @@ from __future__ import annotations
 import threading
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaError as LibKafkaError
 
+from relay.errors import ProducerFencedError, RetriableError
 from relay.kafka import member_transactions
 from relay.kafka.member_transactions import MemberTransactions, member_generation
 from relay.settings.relay import load_settings
@@ -124,3 +126,58 @@ def test_a_partition_that_wakes_after_later_transactions_still_gets_its_outcome(
     waiting.join(5)
     assert not waiting.is_alive(), "partition 0 never learnt its transaction's outcome"
     assert outcome == [None]
+
+
+class _FencedAtCommit(_Producer):
+    """The first producer built is fenced at its first commit, as a member that found this
+    process gone from the group fences it (relay.kafka.departed_members)."""
+
+    built = 0
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        type(self).built += 1
+        self.fenced = type(self).built == 1
+
+    def commit_transaction(self, *_args: object) -> None:
+        if self.fenced:
+            raise KafkaException(LibKafkaError(LibKafkaError._FENCED, "fenced", fatal=True))
+        super().commit_transaction()
+
+    def purge(self) -> None:
+        self.calls.append("purge")
+
+
+@pytest.mark.parametrize("member_id", [None, "m1"], ids=["random name", "--member-id"])
+def test_a_process_fenced_by_a_member_that_found_it_gone_goes_on_with_a_new_producer(
+    monkeypatch: pytest.MonkeyPatch, member_id: str | None
+) -> None:
+    """Without --member-id only a departed-member check fences the process: its
+    transaction is lost (retried), and the next one runs on a new producer. Under its
+    --member-id another process has its name: the fence stands (the process stops)."""
+    monkeypatch.setattr(_FencedAtCommit, "built", 0)
+    monkeypatch.setattr(member_transactions, "Producer", _FencedAtCommit)
+    monkeypatch.setattr(member_transactions, "KafkaMembership", _Membership)
+    environ = {
+        "RELAY_DATABASE_URL": "postgresql+psycopg://u:p@db/x",
+        "RELAY_KAFKA_BOOTSTRAP_SERVERS": "k:9092",
+        "RELAY_TRANSACTIONAL_ID_PREFIX": "shop",
+        "RELAY_POSITIONS_GROUP": "shop-positions",
+    }
+    if member_id:
+        environ["RELAY_MEMBER_ID"] = member_id
+    settings = load_settings(environ=environ)
+    transactions = MemberTransactions(settings, 4, assigned=print, revoked=print)
+    transactions.poll(0)
+    first = transactions.producer
+    transactions.begin(0)
+    outcome = transactions.finish(0, TopicPartition("positions", 0, 5))
+    if member_id:
+        assert isinstance(outcome, ProducerFencedError)
+        return
+    assert isinstance(outcome, RetriableError) and not isinstance(outcome, ProducerFencedError)
+    transactions.begin(0)
+    assert transactions.producer is not first
+    assert transactions.finish(0, TopicPartition("positions", 0, 5)) is None
+    assert isinstance(transactions.producer, _Producer)
+    assert transactions.producer.calls == ["init", "begin", "offsets 1", "commit"]
