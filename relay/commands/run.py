@@ -101,7 +101,7 @@ class ProcessRelay:
                 log.info(
                     "sharing the %d relay partitions with the other members of group %s",
                     count,
-                    settings.members_group,
+                    settings.group if settings.process_transactions else settings.members_group,
                 )
             else:
                 log.info(

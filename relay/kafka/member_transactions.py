@@ -44,6 +44,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from collections.abc import Sequence
 
 from confluent_kafka import KafkaException, Producer, TopicPartition
 
@@ -101,10 +102,11 @@ class MemberTransactions:
         self._timeout = max(settings.kafka.request_timeout_s, 30.0)
         name = settings.member_id or uuid.uuid4().hex[:12]
         self.transactional_id = f"{settings.prefix}-member-{name}"
+        self._assigned = assigned
         self._membership = KafkaMembership(
             settings,
             relay_partitions,
-            assigned=assigned,
+            assigned=self._on_assigned,
             revoked=revoked,
             group=settings.group,
             instance_id=settings.member_id,
@@ -159,6 +161,14 @@ class MemberTransactions:
         metadata = self._membership.group_metadata()
         with self._cond:
             self._metadata = metadata
+
+    def _on_assigned(self, partitions: Sequence[int]) -> None:
+        """The group metadata of the new generation first: the partitions' first
+        transactions may end before this poll returns."""
+        metadata = self._membership.group_metadata()
+        with self._cond:
+            self._metadata = metadata
+        self._assigned(partitions)
 
     def close(self) -> None:
         """Leave the group (after the partitions' threads ended: no transaction is open)."""
