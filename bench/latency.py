@@ -71,14 +71,15 @@ columns = {{ ts = "ts" }}
 VARIANTS = {
     "defaults": RELAY_PARTITIONS,
     "2_relay_partitions": 2,
-    "process_transactions": RELAY_PARTITIONS,
+    "partition_transactions": RELAY_PARTITIONS,
     "relay_alone": RELAY_PARTITIONS,
 }
 """Variant name -> relay partitions (the relay's and the mirror's settings are defaults,
 but for those of VARIANT_ENV)."""
-VARIANT_ENV = {"process_transactions": {"RELAY_PROCESS_TRANSACTIONS": "true"}}
-"""Variant name -> the relay's settings that differ (`relay run --process-transactions`:
-one Kafka transaction per process and cycle)."""
+VARIANT_ENV = {"partition_transactions": {"RELAY_PROCESS_TRANSACTIONS": "false"}}
+"""Variant name -> the relay's settings that differ (`relay run --partition-transactions`:
+one Kafka transaction per relay partition and batch, the default before one per process
+and cycle)."""
 WITHOUT_MIRROR = frozenset({"relay_alone"})
 """Variants that run no `relay mirror` (their mirror latency is not measured)."""
 

@@ -16,6 +16,7 @@ from relay.settings.flags import (
     add_summary_flag,
     relay_settings_from_args,
 )
+from relay.settings.relay import PROCESS_TRANSACTIONS
 
 log = logging.getLogger("relay")
 
@@ -23,6 +24,16 @@ log = logging.getLogger("relay")
 def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "run", help="publish committed outbox rows to Kafka"
+    )
+    # The default since one transaction per process became it; still accepted (first:
+    # the setting's own flag, --partition-transactions, is the dest's last action).
+    parser.add_argument(
+        "--process-transactions",
+        dest=PROCESS_TRANSACTIONS.dest,
+        action="store_const",
+        const=True,
+        default=None,
+        help=argparse.SUPPRESS,
     )
     add_once_flag(parser, "publish everything committed when it started")
     add_progress_flag(parser)

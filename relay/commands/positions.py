@@ -8,7 +8,12 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import TypeVar
 
-from relay.commands.startup import check_environment, for_database, select_partitions
+from relay.commands.startup import (
+    check_environment,
+    for_database,
+    refuse_beside_process_members,
+    select_partitions,
+)
 from relay.errors import ConfigurationError, PositionsMismatchError, RelayError, RetriableError
 from relay.kafka.positions import read_positions
 from relay.kafka.publisher import KafkaTransactionalPublisher
@@ -95,8 +100,13 @@ def restore(
     settings: RelaySettings, partitions: Sequence[int] | None = None
 ) -> list[RestoredPosition]:
     """Commit the database's floor as the position of each partition whose position in
-    Kafka is below it. Fences the relays running on those partitions: stop them first."""
+    Kafka is below it. Fences the relays running on those partitions (with
+    --partition-transactions, or runs of their own): stop them first. Refused while
+    `relay run` processes with one transaction per process run (nothing fences them)."""
     with _session(settings, partitions) as session:
+        refuse_beside_process_members(
+            session.settings, "relay positions restore", "their next commit would undo it"
+        )
         return session.fenced(
             lambda partition, publisher: restore_position(
                 partition, session.source, publisher, session.owner
@@ -121,12 +131,17 @@ def set_position(settings: RelaySettings, partition: int, position: int) -> Posi
 
     It takes the partition over as a relay does (``init_transactions`` on its
     transactional id, then the position committed in a Kafka transaction with the owner
-    stamp), so a relay running on it is fenced instead of overwriting it. The floor is
+    stamp), so a relay running on it is fenced instead of overwriting it; refused while
+    `relay run` processes with one transaction per process run, which nothing but their
+    generation fences. The floor is
     lowered before the Kafka commit and set after it: a failure in between leaves the floor
     at or below Kafka's position, which the relay accepts, and the command can run again."""
     if position < 0:
         raise ConfigurationError(f"a position is 0 or more, got {position}")
     with _session(settings, [partition]) as session:
+        refuse_beside_process_members(
+            session.settings, "relay positions set", "their next commit would undo it"
+        )
 
         def step(p: int, publisher: KafkaTransactionalPublisher) -> PositionSet:
             committed = publisher.fence()

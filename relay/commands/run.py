@@ -74,7 +74,7 @@ class ProcessRelay:
         ):
             raise ConfigurationError(
                 "--member-id (RELAY_MEMBER_ID) names a member of the positions group: only "
-                "`relay run --process-transactions` without --once or --partitions joins it"
+                "`relay run` without --once, --partitions or --partition-transactions joins it"
             )
         try:
             while True:

@@ -84,23 +84,17 @@ def refuse_beside_members(settings: RelaySettings, what: str, *, fenced: bool = 
     stall and log errors while it runs. Refused while the group has members, unless
     ``--fence-members``. ``settings`` as :func:`for_database` returns them.
 
-    Processes with ``--process-transactions`` are members of the positions group itself,
+    Processes with one transaction per process (the default) are members of the
+    positions group itself,
     and no transactional id of theirs can be fenced by a run of its own: beside them it
     is refused even with ``--fence-members``. This is checked again after the run's
     producers fenced their partitions (a member that joined in between is seen then,
     one that joins later fences the run's producers: I3). ``fenced``: that second check,
     of the positions group only (members of the members group use the run's own
     transactional ids: they fence each other)."""
-    sharing = _members_seen(settings, settings.group, what)
-    if sharing:
-        running = "1 member" if sharing == 1 else f"{sharing} members"
-        verb = "publishes" if sharing == 1 else "publish"
-        raise ConfigurationError(
-            f"{what}: {running} of group {settings.group} (`relay run "
-            f"--process-transactions`) {verb} the relay partitions; a run of its own "
-            "beside them would publish rows twice, and cannot fence them: stop them first "
-            "(a killed one counts until its session times out)"
-        )
+    refuse_beside_process_members(
+        settings, what, "a run of its own beside them would publish rows twice"
+    )
     if settings.fence_members or fenced:
         return
     refuse_beside(
@@ -113,10 +107,25 @@ def refuse_beside_members(settings: RelaySettings, what: str, *, fenced: bool = 
     )
 
 
+def refuse_beside_process_members(settings: RelaySettings, what: str, harm: str) -> None:
+    """Refused while `relay run` processes with one transaction per process (members of
+    the positions group) run: nothing but their generation fences them. ``harm``: what
+    ``what`` would do beside them."""
+    sharing = _members_seen(settings, settings.group, what)
+    if sharing:
+        running = "1 member" if sharing == 1 else f"{sharing} members"
+        verb = "publishes" if sharing == 1 else "publish"
+        raise ConfigurationError(
+            f"{what}: {running} of group {settings.group} (`relay run`, one transaction "
+            f"per process) {verb} the relay partitions; {harm}, and cannot fence them: "
+            "stop them first (a killed one counts until its session times out)"
+        )
+
+
 def refuse_mixed_sharing(settings: RelaySettings) -> None:
     """`relay run` processes share the relay partitions one of two ways: through the
     members group, each relay partition in transactions of its own, or as members of the
-    positions group (``--process-transactions``). Side by side the two kinds would
+    positions group (one transaction per process, the default). Side by side the two kinds would
     publish rows twice: a member fences a relay partition's own transactional id only
     when it takes the partition, not a process of the other kind that starts on it later.
     So a process refuses to start beside processes of the other kind, and one of the
@@ -129,16 +138,19 @@ def refuse_mixed_sharing(settings: RelaySettings) -> None:
     processes, s = ("1 process", "s") if running == 1 else (f"{running} processes", "")
     if settings.process_transactions:
         raise ConfigurationError(
-            f"relay run --process-transactions: {processes} without --process-transactions "
-            f"share{s} the relay partitions (group {other}); beside them this one would "
-            "publish rows twice: stop them first (every process of an outbox takes the same "
-            "RELAY_PROCESS_TRANSACTIONS)"
+            f"relay run: {processes} with one transaction per relay partition (members of "
+            f"group {other}: --partition-transactions, or a version from before one "
+            f"transaction per process was the default) share{s} the relay partitions; "
+            "beside them this one would publish rows twice: stop them first, or run this "
+            "one with --partition-transactions too (every process of an outbox takes the "
+            "same RELAY_PROCESS_TRANSACTIONS)"
         )
     raise ConfigurationError(
-        f"relay run: {processes} with --process-transactions (members of group {other}) "
-        f"publish{'es' if s else ''} the relay partitions; beside them this one would "
-        "publish rows twice: run it with --process-transactions too (every process of an "
-        "outbox takes the same RELAY_PROCESS_TRANSACTIONS), or stop them first"
+        f"relay run --partition-transactions: {processes} with one transaction per process "
+        f"(members of group {other}) publish{'es' if s else ''} the relay partitions; "
+        "beside them this one would publish rows twice: run it without "
+        "--partition-transactions (every process of an outbox takes the same "
+        "RELAY_PROCESS_TRANSACTIONS), or stop them first"
     )
 
 
@@ -177,7 +189,7 @@ def build_partition_relay(
     after_fence: Callable[[], None] | None = None,
 ) -> PartitionRelay:
     """``settings`` and ``owner`` as :func:`for_database` returns them; ``transactions``:
-    the process's shared transaction (``--process-transactions``); ``after_fence``: run
+    the process's shared transaction (one per process); ``after_fence``: run
     after each fence (the check of a run of its own, :func:`refuse_beside_members`)."""
     publisher: TransactionalPublisher = (
         KafkaTransactionalPublisher(settings, partition, owner)

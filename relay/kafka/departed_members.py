@@ -1,7 +1,8 @@
 """Ending at once the transaction a departed member of the positions group left open.
 
-With ``--process-transactions`` every `relay run` process has a transactional id of its
-own (``<prefix>-member-<random>``, or ``<prefix>-member-NAME`` with ``--member-id``). A
+With one transaction per process (the default) every `relay run` process has a
+transactional id of its own (``<prefix>-member-<random>``, or ``<prefix>-member-NAME``
+with ``--member-id``). A
 process killed with its transaction open leaves its records on the topic partitions it
 wrote to, and its positions as a pending offset commit. Until the broker aborts that
 transaction, after ``transaction.timeout.ms``, read_committed readers of those partitions

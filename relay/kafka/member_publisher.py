@@ -1,5 +1,5 @@
 """One relay partition's publisher inside its process's shared transaction
-(``--process-transactions``, :mod:`relay.kafka.member_transactions`).
+(one transaction per process, :mod:`relay.kafka.member_transactions`).
 
 It sends as :class:`~relay.kafka.publisher.KafkaTransactionalPublisher` does, through
 the process's producer; :meth:`begin` joins the process's open transaction and

@@ -1,4 +1,5 @@
-"""One Kafka transaction per `relay run` process and cycle (``--process-transactions``).
+"""One Kafka transaction per `relay run` process and cycle (the default; not with
+``--partition-transactions``).
 
 The process joins the positions group itself (cooperative-sticky, subscribed to the
 positions topic, whose partition ``p`` stands for relay partition ``p``), and one

@@ -63,7 +63,7 @@ class Membership(Generic[K]):
         config = {
             **kafka.client_config(),
             "group.id": group,
-            # With --process-transactions the group is the positions group, whose
+            # With one transaction per process the group is the positions group, whose
             # committed offsets are the positions: read only once committed.
             "isolation.level": "read_committed",
             "partition.assignment.strategy": "cooperative-sticky",
@@ -169,7 +169,7 @@ class KafkaMembership(Membership[int]):
         client_id: str | None = None,
     ) -> None:
         """``group``: the group to join (default: the members group; the positions group
-        with --process-transactions, :mod:`relay.kafka.member_transactions`);
+        with one transaction per process, :mod:`relay.kafka.member_transactions`);
         ``instance_id``: a static member's name (``--member-id``); ``client_id``: this
         member's name in the group's description (its transactional id)."""
         super().__init__(
@@ -196,7 +196,7 @@ class KafkaMembership(Membership[int]):
 
 def active_members(settings: RelaySettings, group: str | None = None) -> int:
     """How many `relay run` processes are members of the members group (or ``group``: the
-    positions group, joined by processes with --process-transactions) now (a process
+    positions group, joined by processes with one transaction per process) now (a process
     that died stays a member until its session times out)."""
     admin = admin_client(settings.kafka)
     return group_members(

@@ -26,6 +26,8 @@ from relay.settings.spec import Given, Invalid, Setting, boolean
 NO_VARIABLE: dict[str, str] = {
     "--yes": "a confirmation is given on each command line; from the environment it would "
     "confirm every change without anyone reading what it does",
+    "--process-transactions": "`relay run`'s default, still accepted from command lines "
+    "written when it was an opt-in; RELAY_PROCESS_TRANSACTIONS is --partition-transactions'",
 }
 """Flags without a variable, and why (tests/unit/cli checks every other flag has one)."""
 

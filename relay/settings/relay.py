@@ -183,24 +183,27 @@ FENCE_MEMBERS = Setting(
 PROCESS_TRANSACTIONS = Setting(
     "process_transactions",
     "RELAY_PROCESS_TRANSACTIONS",
-    "--process-transactions",
+    "--partition-transactions",
     boolean,
-    False,
-    "`relay run` without --partitions: one Kafka transaction per process and cycle for "
-    "all the relay partitions it holds, fenced by the positions group's generation "
-    "(KIP-447), instead of one per relay partition",
-    const=True,
+    True,
+    "`relay run` without --once or --partitions: one Kafka transaction per relay partition "
+    "and batch, each partition fenced by a transactional id of its own, the processes "
+    "sharing the partitions through the members group. The default "
+    "(RELAY_PROCESS_TRANSACTIONS=true): one transaction per process and cycle for every "
+    "relay partition it holds, fenced by the positions group's generation (KIP-447). "
+    "Every process of an outbox takes the same setting",
+    const=False,
 )
 MEMBER_ID = Setting(
     "member_id",
     "RELAY_MEMBER_ID",
     "--member-id",
     kafka_name,
-    help="with --process-transactions: this process's name in the positions group, stable "
-    "across its restarts (a StatefulSet pod's name, say): it keeps its relay partitions "
-    "over a restart within the session timeout, and a restart aborts the transaction its "
-    "killed predecessor left open at once, instead of after transaction.timeout.ms. Each "
-    "process needs its own; a second process with the same name stops the first",
+    help="with one transaction per process (the default): this process's name in the "
+    "positions group, stable across its restarts (a StatefulSet pod's name, say): it "
+    "keeps its relay partitions over a restart within the session timeout, and a restart "
+    "aborts the transaction its killed predecessor left open at once. Each process needs "
+    "its own; a second process with the same name stops the first",
     default_doc="none: a random transactional id per start",
     metavar="NAME",
 )

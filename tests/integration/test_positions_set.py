@@ -127,3 +127,32 @@ def test_a_position_set_forward_skips_the_rows_below_it_and_one_never_assigned_i
     consumed = read_committed(relay_env.bootstrap_servers, topic)
     assert_exactly_once_in_order(consumed, ids - skipped)
     assert relay_env.sql("SELECT count(*) FROM outbox") == [(0,)]
+
+
+def test_a_position_is_not_set_or_restored_beside_relays_with_one_transaction_per_process(
+    relay_env: RelayTestEnv, topic: str, kafka_admin: AdminClient, tmp_path: Path
+) -> None:
+    """Nothing fences a `relay run` member with one transaction per process but its
+    generation: a position set beside it would be undone by its next commit. Refused
+    (exit 2) with one line naming the group; nothing changes."""
+    write_events(relay_env.database_url, topic, 40)
+    log = tmp_path / "relay.log"
+    service = start_relay(relay_env, "run", log=log)
+    try:
+        wait_until(lambda: "taking relay partitions [" in log.read_text(), 60, "a member")
+        wait_until(lambda: relay_env.sql("SELECT count(*) FROM outbox") == [(0,)], 60, "drained")
+        before = _positions(kafka_admin, relay_env)
+        group = f"{relay_env.prefix}-positions"
+        for args in (("set", "--partition", "1", "--position", "0", "--yes"), ("restore",)):
+            refused = run_relay(relay_env, "positions", *args)
+            assert refused.returncode == 2, refused.stderr
+            last = refused.stderr.strip().splitlines()[-1]
+            said = f"relay: error: relay positions {args[0]}: 1 member of group"
+            assert last.startswith(said), last
+            assert f"group {group} (`relay run`, one transaction per process)" in last, last
+            assert "their next commit would undo it" in last, last
+        assert _positions(kafka_admin, relay_env) == before
+        assert service.poll() is None, log.read_text()
+    finally:
+        service.terminate()
+        service.wait(60)

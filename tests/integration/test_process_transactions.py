@@ -1,4 +1,4 @@
-"""`relay run --process-transactions`: one Kafka transaction per process and cycle,
+"""`relay run` with one Kafka transaction per process and cycle (the default),
 fenced by the positions group's generation (KIP-447, I3).
 
 A member paused inside its transaction, whose partitions the group gave to another
@@ -137,7 +137,7 @@ def test_a_once_run_beside_a_process_member_is_refused_even_with_fence_members(
             assert refused.returncode == 2, refused.stderr
             last = refused.stderr.strip().splitlines()[-1]
             assert f"1 member of group {env.prefix}-positions" in last, last
-            assert "--process-transactions" in last, last
+            assert "one transaction per process" in last, last
         wait_until(lambda: _drained(env), 60, "the member to publish", log.read_text)
     finally:
         member.terminate()
@@ -170,7 +170,7 @@ def test_a_member_that_joins_while_a_once_run_publishes_fences_it(
         Path(f"{held}.release").touch()
         code = once.wait(90)
         assert code != 0, once_log.read_text()
-        assert "fenced" in once_log.read_text() or "--process-transactions" in once_log.read_text()
+        assert "fenced" in once_log.read_text() or "per process" in once_log.read_text()
         ids |= write_events(env.database_url, topic, 50)
         wait_until(lambda: _drained(env), 60, "the member to go on", log.read_text)
     finally:
@@ -236,12 +236,12 @@ def test_processes_with_and_without_process_transactions_refuse_to_share_an_outb
     partition's own transactional id only when it takes it): whichever starts second
     refuses with exit 2, and the rows are published once."""
     env = relay_env
-    plain = {"RELAY_MEMBER_SESSION_TIMEOUT_MS": _SESSION_MS}
+    plain = {"RELAY_MEMBER_SESSION_TIMEOUT_MS": _SESSION_MS, "RELAY_PROCESS_TRANSACTIONS": "false"}
     ids: set[int] = set()
-    group = f"{env.prefix}-positions"  # with --process-transactions; + ".members" without
+    group = f"{env.prefix}-positions"  # one transaction per process; + ".members" per partition
     cases = (  # who runs first, who is refused, and what it says
-        (_PROCESS, plain, f"1 process with --process-transactions (members of group {group})"),
-        (plain, _PROCESS, f"without --process-transactions shares the relay partitions (group {group}"),  # noqa: E501
+        (_PROCESS, plain, f"1 process with one transaction per process (members of group {group})"),
+        (plain, _PROCESS, f"1 process with one transaction per relay partition (members of group {group}.members"),  # noqa: E501
     )  # fmt: skip
     for first, second, said in cases:
         log = tmp_path / f"first-{len(ids)}.log"

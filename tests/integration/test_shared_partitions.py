@@ -61,7 +61,7 @@ def drained(env: RelayTestEnv) -> bool:
 def test_processes_share_the_partitions_and_take_over_a_dead_or_paused_ones(
     relay_env: RelayTestEnv, topic: str, tmp_path: Path, transactions: str
 ) -> None:
-    """Also with --process-transactions: one transaction per process and cycle, the
+    """With one transaction per relay partition and with one per process and cycle, the
     processes members of the positions group, a paused one's commits refused for its
     stale generation (KIP-447)."""
     env = relay_env
@@ -133,12 +133,14 @@ def test_a_once_or_partitions_run_beside_live_members_is_refused(
     relay_env: RelayTestEnv, topic: str, tmp_path: Path
 ) -> None:
     """`relay run --once` (or `--partitions`, or the Spark job's driver) beside `relay
-    run` processes that share the partitions would fence them: they stall and log errors
-    with no warning. It is refused with one line naming the members group instead, and
-    nothing is published by it; once the members are gone it runs."""
+    run --partition-transactions` processes that share the partitions would fence them:
+    they stall and log errors with no warning. It is refused with one line naming the
+    members group instead, and nothing is published by it; once the members are gone it
+    runs. (Beside members with one transaction per process, the default, it is refused
+    even with --fence-members: test_process_transactions.py.)"""
     env = relay_env
     log = tmp_path / "member.log"
-    member = start_relay(env, "run", log=log)
+    member = start_relay(env, "run", "--partition-transactions", log=log)
     group = f"{env.prefix}-positions.members"
     try:
         wait_until(lambda: "taking relay partitions [" in log.read_text(), 60, "a member")

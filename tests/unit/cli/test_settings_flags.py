@@ -10,6 +10,7 @@ import pytest
 
 from relay.cli import build_parser, main
 from relay.settings.connections import CONNECTIONS, METRICS
+from relay.settings.flags import relay_settings_from_args
 from relay.settings.mirror import MIRROR
 from relay.settings.relay import RELAY_FLAGS
 from relay.settings.replicate_spec import REPLICATE, SELECTION, SOURCE, TARGET
@@ -124,3 +125,22 @@ def test_status_offers_only_the_flags_it_reads() -> None:
     }
     assert not offered & tuning, sorted(offered & tuning)
     assert {"--positions-group", "--mapping", "--partitions", "--database-url"} <= offered
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "per_process"),
+    [
+        ([], {}, True),  # the default: one transaction per process
+        (["--partition-transactions"], {}, False),
+        (["--process-transactions"], {}, True),  # the old opt-in, still accepted
+        ([], {"RELAY_PROCESS_TRANSACTIONS": "false"}, False),
+        (["--process-transactions"], {"RELAY_PROCESS_TRANSACTIONS": "false"}, True),
+    ],
+)
+def test_relay_run_has_one_transaction_per_process_unless_told_otherwise(
+    argv: list[str], environ: dict[str, str], per_process: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in {**ENV, **environ}.items():
+        monkeypatch.setenv(name, value)
+    args = build_parser().parse_args(["run", *argv])
+    assert relay_settings_from_args(args).process_transactions is per_process

@@ -21,7 +21,7 @@ ENV = {
 
 def _members(answer: int | Exception, sharing: int = 0) -> object:
     """``answer`` for the members group; ``sharing`` for the positions group (members with
-    --process-transactions)."""
+    one transaction per process, the default)."""
 
     def active_members(_settings: object, group: str | None = None) -> int:
         if group is not None:
@@ -63,14 +63,14 @@ def test_a_group_it_may_not_describe_lets_the_run_go_on(
 def test_refused_beside_process_transaction_members_even_with_fence_members(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Members with --process-transactions cannot be fenced by a run of its own."""
+    """Members with one transaction per process cannot be fenced by a run of its own."""
     monkeypatch.setattr(startup, "active_members", _members(0, sharing=1))
     for env in (ENV, {**ENV, "RELAY_FENCE_MEMBERS": "1"}):
         with pytest.raises(ConfigurationError) as refused:
             startup.refuse_beside_members(load_settings(environ=env), "relay run --once")
         assert str(refused.value).startswith(
-            "relay run --once: 1 member of group shop-positions (`relay run "
-            "--process-transactions`) publishes the relay partitions"
+            "relay run --once: 1 member of group shop-positions (`relay run`, one "
+            "transaction per process) publishes the relay partitions"
         )
 
 
@@ -95,11 +95,11 @@ def test_a_positions_group_it_may_not_describe_is_warned_of_and_the_start_goes_o
         raise denied
 
     monkeypatch.setattr(startup, "active_members", active_members)
-    sharing = load_settings(environ={**ENV, "RELAY_PROCESS_TRANSACTIONS": "1"})
+    partitioned = load_settings(environ={**ENV, "RELAY_PROCESS_TRANSACTIONS": "0"})
     with caplog.at_level(logging.WARNING, logger="relay.commands.startup"):
         startup.refuse_beside_members(load_settings(environ=ENV), "relay run --once", fenced=True)
+        startup.refuse_mixed_sharing(partitioned)
         startup.refuse_mixed_sharing(load_settings(environ=ENV))
-        startup.refuse_mixed_sharing(sharing)
     lines = [r.getMessage() for r in caplog.records]
     assert lines == [
         "relay run --once: cannot tell whether processes of group shop-positions are running:"

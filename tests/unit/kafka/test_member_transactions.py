@@ -1,4 +1,4 @@
-"""One transaction per process and cycle (--process-transactions): the generation its
+"""One transaction per process and cycle (the default): the generation its
 positions are committed with, and how the partitions' threads share a transaction (the
 Kafka clients replaced by recorders)."""
 
