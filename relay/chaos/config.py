@@ -27,6 +27,9 @@ class ChaosConfig:
     replicator_pause_s: float = 8.0  # longer than the replicator's transaction timeout
     drain_timeout_s: float = 240.0
     synchronous_commit: bool = True
+    # `relay run` with one Kafka transaction per relay partition, and the Spark relay job
+    # beside it (it fences such relays; beside the default ones it is refused)
+    partition_transactions: bool = False
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
 
     @property

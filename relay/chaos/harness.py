@@ -206,7 +206,11 @@ class ChaosRun:
             rng=self._rng,
             relay_partitions=config.relay_partitions,
             mirror_slots=preparation.MIRROR_SLOTS,
-            spark_jobs=preparation.TASK_STARTED,
+            spark_jobs={
+                slot: shown
+                for slot, shown in preparation.TASK_STARTED.items()
+                if slot in supervisor.slots
+            },
             restart_broker=lambda: _restart(devenv.restart_kafka, workdir, True),
             restart_database=lambda: _restart(devenv.restart_postgres, workdir, "immediate"),
             mirror_pause_s=config.mirror_pause_s,

@@ -65,6 +65,7 @@ class Environment:
     topic: str
     prefix: str
     ingests: bool = False  # the ingest topic is written and replicated too
+    partition_transactions: bool = False  # `relay run --partition-transactions`
 
     @classmethod
     def create(
@@ -73,7 +74,7 @@ class Environment:
         (workdir / "traps").mkdir(exist_ok=True)
         prefix = f"chaos-{config.seed}-{rng.randrange(16**6):06x}"
         ingests = config.ingests and servers.target_bootstrap_servers is not None
-        return cls(servers, workdir, TOPIC, prefix, ingests)
+        return cls(servers, workdir, TOPIC, prefix, ingests, config.partition_transactions)
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
@@ -84,6 +85,7 @@ class Environment:
             RELAY_POSITIONS_TOPIC=f"{self.prefix}-positions",
             RELAY_POSITIONS_GROUP=f"{self.prefix}-positions",
             **RELAY_SETTINGS,
+            RELAY_PROCESS_TRANSACTIONS=str(not self.partition_transactions).lower(),
         )
         env.update(RELAY_MIRROR_CONFIG=str(self.mapping), RELAY_MIRROR_GROUP=MIRROR_GROUP)
         env.update(extra)
@@ -202,7 +204,10 @@ def add_slots(
     supervisor.add(Slot("relay", relay, lambda: 0.5))
     for name in MIRROR_SLOTS:
         supervisor.add(Slot(name, _mirror_command(env, name), lambda: 0.5))
-    for name, job in (("spark", SPARK_JOB), ("spark-mirror", MIRROR_JOB)):
+    # The Spark relay job fences `relay run --partition-transactions` members; beside the
+    # default ones (one transaction per process) it is refused, so it runs only with them.
+    jobs = [("spark", SPARK_JOB)] if config.partition_transactions else []
+    for name, job in (*jobs, ("spark-mirror", MIRROR_JOB)):
         slot = Slot(name, _job_command(env, job), lambda: rng.uniform(*config.spark_every_s))
         slot.next_start = supervisor.clock.monotonic() + rng.uniform(*config.spark_every_s)
         supervisor.add(slot)

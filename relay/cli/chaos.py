@@ -97,6 +97,16 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
     )
     env_flag(
         chaos,
+        "--partition-transactions",
+        env=f"{ENV}PARTITION_TRANSACTIONS",
+        default=False,
+        action="store_true",
+        help="run `relay run --partition-transactions` (one Kafka transaction per relay "
+        "partition) instead of the default, and the Spark relay job beside it, which fences "
+        "such relays (beside the default ones it is refused, so it runs only with this)",
+    )
+    env_flag(
+        chaos,
         "--replicate",
         env=f"{ENV}REPLICATE",
         default="on",
@@ -193,6 +203,7 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
         workload=WorkloadConfig(writers=args.writers),
         synchronous_commit=args.synchronous_commit == "on",
         replicate=args.replicate == "on",
+        partition_transactions=args.partition_transactions,
     )
     run = ChaosRun(config, _print, SystemClock(), lambda: datetime.now(UTC))
     interrupt_on_sigterm()  # stop processes and servers on the way out

@@ -207,7 +207,11 @@ def run_chaos_of(
 
 @pytest.mark.long(200)
 @pytest.mark.timeout(SHORT_RUN_LIMIT_S + 120)
-def test_short_chaos_run_loses_duplicates_and_reorders_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["process", "partition"], ids=["process-txn", "partition-txn"])
+def test_short_chaos_run_loses_duplicates_and_reorders_nothing(tmp_path: Path, kind: str) -> None:
+    """With `relay run`'s default (one Kafka transaction per process; the Spark job run is
+    the mirror's) and with --partition-transactions (the Spark relay job runs beside the
+    relays and fences them)."""
     report_path = tmp_path / "report.json"
     started = time.monotonic()
     argv = relay_command(
@@ -226,6 +230,7 @@ def test_short_chaos_run_loses_duplicates_and_reorders_nothing(tmp_path: Path) -
         str(tmp_path / "chaos"),
         "--report",
         str(report_path),
+        *(["--partition-transactions"] if kind == "partition" else []),
     )
     run = run_chaos(argv, SHORT_RUN_LIMIT_S)
     elapsed = time.monotonic() - started
