@@ -175,9 +175,10 @@ FENCE_MEMBERS = Setting(
     "--fence-members",
     boolean,
     False,
-    "with --once or --partitions (and in the Spark job): run even while `relay run` "
-    "processes share the relay partitions through their members group (they are fenced, "
-    "and stall and log errors until this run ends); refused otherwise",
+    "with --once or --partitions (and in the Spark job): run even while `relay run "
+    "--partition-transactions` processes share the relay partitions through their members "
+    "group (they are fenced, and stall and log errors until this run ends); refused "
+    "otherwise, and always beside processes with one transaction per process (the default)",
     const=True,
 )
 PROCESS_TRANSACTIONS = Setting(
