@@ -133,9 +133,9 @@ def set_position(settings: RelaySettings, partition: int, position: int) -> Posi
     transactional id, then the position committed in a Kafka transaction with the owner
     stamp), so a relay running on it is fenced instead of overwriting it; refused while
     `relay run` processes with one transaction per process run, which nothing but their
-    generation fences. The floor is
-    lowered before the Kafka commit and set after it: a failure in between leaves the floor
-    at or below Kafka's position, which the relay accepts, and the command can run again."""
+    generation fences. The floor is lowered before the Kafka commit and set after it: a
+    failure in between leaves the floor at or below Kafka's position, which the relay
+    accepts, and the command can run again."""
     if position < 0:
         raise ConfigurationError(f"a position is 0 or more, got {position}")
     with _session(settings, [partition]) as session:

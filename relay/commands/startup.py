@@ -85,13 +85,12 @@ def refuse_beside_members(settings: RelaySettings, what: str, *, fenced: bool = 
     ``--fence-members``. ``settings`` as :func:`for_database` returns them.
 
     Processes with one transaction per process (the default) are members of the
-    positions group itself,
-    and no transactional id of theirs can be fenced by a run of its own: beside them it
-    is refused even with ``--fence-members``. This is checked again after the run's
-    producers fenced their partitions (a member that joined in between is seen then,
-    one that joins later fences the run's producers: I3). ``fenced``: that second check,
-    of the positions group only (members of the members group use the run's own
-    transactional ids: they fence each other)."""
+    positions group itself, and no transactional id of theirs can be fenced by a run of
+    its own: beside them it is refused even with ``--fence-members``. This is checked
+    again after the run's producers fenced their partitions (a member that joined in
+    between is seen then, one that joins later fences the run's producers: I3).
+    ``fenced``: that second check, of the positions group only (members of the members
+    group use the run's own transactional ids: they fence each other)."""
     refuse_beside_process_members(
         settings, what, "a run of its own beside them would publish rows twice"
     )
