@@ -113,6 +113,9 @@ def test_processes_share_the_partitions_and_take_over_a_dead_or_paused_ones(
         ids |= write_events(env.database_url, topic, 300)
         wait_until(lambda: drained(env), 60, "both members to publish after the resume", explain)
         assert b.poll() is None and c.poll() is None, explain()
+        # c never left the group: no member may have fenced it as a departed process
+        # (relay.kafka.departed_members), when the resumed b took partitions back from it.
+        assert "found this process gone" not in logs[2].read_text(), explain()
     finally:
         codes = stop_members(members)
     assert codes[1:] == [0, 0], explain()  # SIGTERM: finish the batch, leave the group
