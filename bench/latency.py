@@ -10,7 +10,8 @@ mirror inserts the row (its ``applied_at`` column defaults to clock_timestamp(),
 mirror's transaction; same host, same clock). Variants: the defaults with the
 benchmark's 8 relay partitions; 2 relay partitions (a quarter of the Kafka transactions
 per second for the same events: on this machine the broker's transactions, not the
-relay's polling, set the latency); one Kafka transaction per process and cycle; and the
+relay's polling, set the latency); `--partition-transactions` (one Kafka transaction per
+relay partition and batch, the default before one per process and cycle); and the
 defaults without the mirror (``relay_alone``), so that what the mirror's share of the
 two cores costs and the relay's own latency are told apart. Each variant also reports
 how busy the machine's cores were while the writer ran, and the CPU `relay run` used.

@@ -36,12 +36,11 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from relay.kafka.admin import admin_client
 from relay.kafka.errors import kafka_reason
-from relay.runtime.logs import LIBRDKAFKA_LOGGER
+from relay.kafka.positions import positions_consumer
 from relay.runtime.stamps import read_fields
 from relay.settings.relay import RelaySettings
 
 log = logging.getLogger(__name__)
-_librdkafka_log = logging.getLogger(LIBRDKAFKA_LOGGER)
 
 MEMBER_FIELD = "member"
 """The field of a position's metadata that names the process that committed it."""
@@ -114,15 +113,7 @@ class PositionsGroupView:
 
     def last_committer(self, partition: int) -> str | None:
         if self._reader is None:
-            self._reader = Consumer(
-                {
-                    **self._settings.kafka.client_config(),
-                    "group.id": self._settings.group,
-                    "isolation.level": "read_uncommitted",  # require_stable off
-                    "enable.auto.commit": False,
-                },
-                logger=_librdkafka_log,
-            )
+            self._reader = positions_consumer(self._settings, stable=False)
         wanted = TopicPartition(self._settings.positions_topic, partition)
         found = self._reader.committed([wanted], timeout=self._settings.kafka.request_timeout_s)
         if not found or found[0].error is not None or found[0].offset < 0:

@@ -16,14 +16,15 @@ from relay.settings.relay import RelaySettings
 _librdkafka_log = logging.getLogger(LIBRDKAFKA_LOGGER)
 
 
-def positions_consumer(settings: RelaySettings) -> Consumer:
-    """A read_committed consumer of the positions group, which never joins it: it only
-    reads committed offsets (a pending transactional commit is waited for)."""
+def positions_consumer(settings: RelaySettings, *, stable: bool = True) -> Consumer:
+    """A consumer of the positions group, which never joins it: it only reads committed
+    offsets. ``stable`` (read_committed): a pending transactional commit is waited for;
+    without, the last committed offset is read at once (read_uncommitted)."""
     return Consumer(
         {
             **settings.kafka.client_config(),
             "group.id": settings.group,
-            "isolation.level": "read_committed",
+            "isolation.level": "read_committed" if stable else "read_uncommitted",
             "enable.auto.commit": False,
         },
         logger=_librdkafka_log,
