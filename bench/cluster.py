@@ -40,6 +40,7 @@ SETTINGS = {
     "fsync": "on",
     "synchronous_commit": "on",
     "full_page_writes": "on",
+    "track_commit_timestamp": "on",
     "wal_level": "logical",
     "max_wal_senders": "10",
     "max_replication_slots": "10",

@@ -228,6 +228,7 @@ def write_config(paths: ClusterPaths, user: OsUser, port: int) -> None:
         "fsync = off\n"
         "synchronous_commit = off\n"
         "full_page_writes = off\n"
+        "track_commit_timestamp = on\n"  # the relay orders outbox commits by their time
         "timezone = 'UTC'\n"
         "log_timezone = 'UTC'\n"
         "log_line_prefix = '%m [%p] %q%u@%d '\n"

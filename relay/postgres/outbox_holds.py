@@ -14,20 +14,28 @@ from sqlalchemy import Connection, text
 from relay.postgres.prepared import DriverStatement
 from relay.publishing.types import OutboxRecord
 
+# The given rows of the partition, each with its position: its seq (rows sequenced before
+# 0007_commit_markers), else its place in its marker's ids; rows of other partitions, or
+# not drawn yet, are not moved.
 DEAD_LETTER = text(
     """
-    WITH moved AS (
-      DELETE FROM outbox o WHERE o.partition = :partition AND o.id = ANY(:ids)
-      RETURNING o.id, o.partition, o.seq, o.txid, o.ordinal, o.topic, o.key, o.value,
-                o.event_type, o.headers, o.created_at
+    WITH found AS (
+      SELECT o.id, coalesce(o.seq, (
+               SELECT m.first_seq + array_position(m.ids, o.id) - 1 FROM outbox_commits m
+               WHERE m.partition = :partition AND o.id BETWEEN m.first_id AND m.last_id
+                 AND m.txid = o.txid AND o.id = ANY(m.ids))) AS seq
+      FROM outbox o
+      WHERE o.id = ANY(:ids) AND (o.partition IS NULL OR o.partition = :partition)
+    ), moved AS (
+      DELETE FROM outbox o USING found f
+      WHERE o.id = f.id AND f.seq IS NOT NULL
+      RETURNING o.id, f.seq, o.topic, o.key, o.value, o.event_type, o.headers, o.created_at
     )
     INSERT INTO outbox_dead_letters
       (outbox_id, partition, seq, topic, key, value, event_type, headers, created_at, error)
-    SELECT d.id, d.partition, coalesce(d.seq, m.base + d.ordinal), d.topic, d.key, d.value,
-           d.event_type, d.headers, d.created_at, :error
+    SELECT d.id, :partition, d.seq, d.topic, d.key, d.value, d.event_type, d.headers,
+           d.created_at, :error
     FROM moved d
-    LEFT JOIN outbox_commits m
-      ON m.partition = d.partition AND m.txid = d.txid AND d.id BETWEEN m.first_id AND m.last_id
     """
 )
 # The first dead letter of each key (any relay partition: a key keeps its order across a

@@ -12,26 +12,25 @@ from sqlalchemy import Connection, text
 from relay.errors import InvalidEventError
 from relay.postgres.engine import Database
 from relay.postgres.outbox_holds import CLEAR_STALL, DEAD_LETTER, RECORD_STALL, with_followed
-from relay.postgres.outbox_horizon import HELD_UP_WARNING_S, Horizons
+from relay.postgres.outbox_horizon import Horizons
 from relay.postgres.prepared import DriverStatement
 from relay.publishing.events import decode_headers_json
 from relay.publishing.types import Headers, OutboxIdentity, OutboxRecord, Settled
 
-# Committed rows of a relay partition in position order (I2, docs/invariants.md), at
-# base + ordinal of their transaction's marker in outbox_commits. The markers read are
-# those whose positions before them number fewer than ``limit`` (in position order, from
-# the pkey), so a fetch reads the transactions it returns rows of, whatever the plan, not
-# the backlog. Each marker reads its rows by id range (ids increase with ordinals within a
-# transaction: the identity is GENERATED ALWAYS); the marker holding position :after from
-# the row after :after_id, when that is the id of the row at :after (else 0, its first
-# row). A marker none of whose rows are left in range (dead-lettered) yields one row of
-# NULLs with its last position, so that the reader moves past it.
+# Committed rows of a relay partition in position order (I2, docs/invariants.md): a
+# marker of outbox_commits lists its rows' ids in position order from first_seq. The
+# markers read are those whose positions before them number fewer than ``limit`` (in
+# position order, from the pkey), so a fetch reads the transactions it returns rows of,
+# whatever the plan, not the backlog. A marker none of whose rows are left in range
+# (published, dead-lettered) yields one row of NULLs with its last position, so that the
+# reader moves past it.
 _FETCH = DriverStatement(
     """
     WITH markers AS (
       SELECT c.*, sum(c.positions) OVER (ORDER BY c.last_seq) - c.positions AS before
       FROM (
-        SELECT base, txid, first_id, last_id, first_seq, last_seq, committed_at,
+        SELECT ids, first_seq, last_seq, committed_at,
+               greatest(first_seq, :after + 1) AS start,
                least(last_seq, :up_to) - greatest(first_seq, :after + 1) + 1 AS positions
         FROM outbox_commits
         WHERE partition = :partition AND last_seq > :after AND first_seq <= :up_to
@@ -39,23 +38,20 @@ _FETCH = DriverStatement(
         LIMIT :limit
       ) c
     )
-    SELECT o.id, m.base + o.ordinal, o.topic, o.key, o.value, o.event_type, o.headers::text,
+    SELECT o.id, m.start + o.k - 1, o.topic, o.key, o.value, o.event_type, o.headers::text,
            (extract(epoch FROM o.created_at) * 1000)::int8,
            (extract(epoch FROM m.committed_at) * 1000)::int8, least(m.last_seq, :up_to)
     FROM markers m
     LEFT JOIN LATERAL (
-      SELECT o.id, o.ordinal, o.topic, o.key, o.value, o.event_type, o.headers, o.created_at
-      FROM outbox o
-      WHERE o.id BETWEEN CASE WHEN m.first_seq <= :after
-                              THEN greatest(m.first_id, :after_id + 1) ELSE m.first_id END
-                         AND m.last_id
-        AND o.txid = m.txid AND o.partition = :partition
-        AND o.ordinal > :after - m.base AND o.ordinal <= :up_to - m.base
-      ORDER BY o.id
+      SELECT u.k, o.id, o.topic, o.key, o.value, o.event_type, o.headers, o.created_at
+      FROM unnest(m.ids[m.start - m.first_seq + 1 : m.start - m.first_seq + m.positions])
+           WITH ORDINALITY u(id, k)
+      JOIN outbox o ON o.id = u.id
+      ORDER BY u.k
       LIMIT :limit
     ) o ON true
     WHERE m.before < :limit
-    ORDER BY m.last_seq, o.id
+    ORDER BY m.last_seq, o.k
     LIMIT :limit
     """
 )
@@ -82,16 +78,19 @@ _HIGH_WATER = text(
        WHERE partition = :partition AND first_seq <= :up_to))
     """
 )
-# Published rows and their markers; in the marker holding position :up_to, only up to the
-# row of id :up_to_id when that is the id of the row at :up_to (else NULL: all its range).
+# Published rows above position :after (rows up to it are gone already) up to :up_to, and
+# the markers all of whose positions are published.
 _DELETE = text(
     """
     WITH gone AS (
-      DELETE FROM outbox o USING outbox_commits m
-      WHERE m.partition = :partition AND m.first_seq <= :up_to
-        AND o.id BETWEEN m.first_id AND CASE WHEN m.last_seq > :up_to
-          THEN least(m.last_id, coalesce(CAST(:up_to_id AS bigint), m.last_id)) ELSE m.last_id END
-        AND o.txid = m.txid AND o.partition = :partition AND m.base + o.ordinal <= :up_to
+      DELETE FROM outbox o
+      USING (
+        SELECT u.id FROM outbox_commits m
+        CROSS JOIN LATERAL unnest(m.ids[greatest(:after + 1, m.first_seq) - m.first_seq + 1
+                                        : least(m.last_seq, :up_to) - m.first_seq + 1]) u(id)
+        WHERE m.partition = :partition AND m.last_seq > :after AND m.first_seq <= :up_to
+      ) d
+      WHERE o.id = d.id
       RETURNING 1
     ), done AS (
       DELETE FROM outbox_commits WHERE partition = :partition AND last_seq <= :up_to
@@ -109,7 +108,7 @@ _RAISE_FLOOR = text(
 )
 _FLOOR = text("SELECT position FROM outbox_published_floor WHERE partition = :partition")
 _IDENTITY = text("SELECT database_id::text, default_prefix FROM outbox_identity")
-_LAST_ASSIGNED = text("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM outbox_seq")
+_LAST_ASSIGNED = text("SELECT drawn FROM outbox_draw()")
 _COUNT_CHANGE_PENDING = text(
     "SELECT barrier IS NOT NULL AND outbox_unpublished_up_to(barrier) FROM outbox_settings"
 )
@@ -117,42 +116,16 @@ _COUNT_CHANGE_PENDING = text(
 log = logging.getLogger(__name__)
 
 
-class BatchEnds:
-    """The ids of the last rows of the latest batches fetched, by relay partition and
-    position: where the next fetch and the clean-up of published rows start or stop in a
-    large transaction's id range (a position's row is fixed for good, I2)."""
-
-    KEPT = 32  # per partition: the clean-up runs at most every second, after a few batches
-
-    def __init__(self) -> None:
-        self._ids: dict[int, dict[int, int]] = {}
-
-    def remember(self, partition: int, position: int, row_id: int) -> None:
-        ids = self._ids.setdefault(partition, {})
-        ids[position] = row_id
-        if len(ids) > self.KEPT:
-            del ids[next(iter(ids))]  # the oldest
-
-    def id_at(self, partition: int, position: int) -> int | None:
-        return self._ids.get(partition, {}).get(position)
-
-
 class PostgresOutboxSource:
     """Implements :class:`relay.publishing.ports.OutboxSource` on the ``outbox`` table."""
 
-    def __init__(
-        self,
-        database: Database,
-        *,
-        held_up_warning_s: float = HELD_UP_WARNING_S,
-        settling: bool = False,
-    ) -> None:
+    def __init__(self, database: Database, *, settling: bool = False) -> None:
         """``settling``: learn what each horizon vouches for (:meth:`settled`); without,
         :meth:`settled` stays None."""
         self._database = database
-        self._horizons = Horizons(held_up_warning_s=held_up_warning_s, settling=settling)
+        self._horizons = Horizons(settling=settling)
         self._without_legacy: set[int] = set()  # partitions with no row of a seq of its own
-        self._batch_ends = BatchEnds()
+        self._deleted_up_to: dict[int, int] = {}  # by partition: rows up to it are deleted
 
     @contextmanager
     def _connection(self, doing: str, *, begin: bool = False) -> Iterator[Connection]:
@@ -194,7 +167,6 @@ class PostgresOutboxSource:
                 rows = self._read(conn, partition, after, up_to, limit)
                 records = self._records(partition, rows)
                 if records:
-                    self._batch_ends.remember(partition, records[-1].seq, records[-1].id)
                     return with_followed(conn, records)
                 if not rows:
                     break
@@ -210,16 +182,8 @@ class PostgresOutboxSource:
     ) -> list[tuple[Any, ...]]:
         """Up to ``limit`` rows, position order: (id, position, topic, key, value,
         event type, headers JSON, created_at ms, committed_at ms (None: not known),
-        position reached); id None for a marker
-        whose rows are gone."""
-        after_id = self._batch_ends.id_at(partition, after) or 0
-        params = {
-            "partition": partition,
-            "after": after,
-            "after_id": after_id,
-            "up_to": up_to,
-            "limit": limit,
-        }
+        position reached); id None for a marker whose rows are gone."""
+        params = {"partition": partition, "after": after, "up_to": up_to, "limit": limit}
         rows: list[tuple[Any, ...]] = []
         if partition not in self._without_legacy:
             rows = [tuple(row) for row in conn.execute(_FETCH_LEGACY, params)]
@@ -279,7 +243,7 @@ class PostgresOutboxSource:
         )
 
     def last_assigned_seq(self) -> int:
-        with self._connection("reading outbox_seq") as conn:
+        with self._connection("reading the positions drawn") as conn:
             return int(conn.execute(_LAST_ASSIGNED).scalar_one())
 
     def dead_letter(self, partition: int, outbox_ids: Sequence[int], error: str) -> int:
@@ -312,15 +276,13 @@ class PostgresOutboxSource:
     def record_published(self, partition: int, position: int, *, delete_rows: bool) -> int:
         if position <= 0:
             return 0
-        params = {
-            "partition": partition,
-            "position": position,
-            "up_to": position,
-            "up_to_id": self._batch_ends.id_at(partition, position),
-        }
+        after = min(self._deleted_up_to.get(partition, 0), position)
+        params = {"partition": partition, "position": position, "up_to": position, "after": after}
         with self._connection("recording what was published", begin=True) as conn:
             conn.execute(_RAISE_FLOOR, params)
             if not delete_rows:
                 return 0
             deleted = int(conn.execute(_DELETE, params).scalar_one())
-            return deleted + int(conn.execute(_DELETE_LEGACY, params).rowcount)
+            deleted += int(conn.execute(_DELETE_LEGACY, params).rowcount)
+        self._deleted_up_to[partition] = position
+        return deleted

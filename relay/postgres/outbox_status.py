@@ -1,6 +1,6 @@
 """What ``relay status`` reads from the database: per relay partition the rows pending above
-a position, the last publish, the dead letters, what its relay retries for and the
-transactions holding it up; per mirrored Kafka partition the stored offset and the dead
+a position, the last publish, the dead letters and what its relay retries for; per
+mirrored Kafka partition the stored offset and the dead
 letters. Reads only: no lock is taken, so a running relay, mirror or writer never waits
 for it."""
 
@@ -14,10 +14,6 @@ from sqlalchemy import text
 
 from relay.postgres.engine import Database
 from relay.postgres.outbox_holds import STALLS, stall_line
-from relay.postgres.outbox_horizon import HORIZON_BLOCKERS
-
-# HORIZON_BLOCKERS: the holders of a relay partition's lock, named as in the relay's own
-# warning (one query for both; docs/operations.md, "A relay partition held up ...").
 
 _NOW = text("SELECT statement_timestamp()")
 # The position up to which rows of the previous relay partition count are unpublished,
@@ -26,7 +22,8 @@ _BARRIER = text(
     "SELECT barrier FROM outbox_settings "
     "WHERE barrier IS NOT NULL AND outbox_unpublished_up_to(barrier)"
 )
-# Rows of outbox_positions above each partition's position: pending (I2's positions).
+# Rows of outbox_positions above each partition's position, and the committed rows no draw
+# has reached yet (outbox_undrawn, which a draw places above every position): pending.
 _OUTBOX = text(
     """
     SELECT s.p AS partition, s.after AS position, pending.n AS pending,
@@ -38,8 +35,12 @@ _OUTBOX = text(
              AS dead_letters
     FROM unnest(CAST(:partitions AS integer[]), CAST(:positions AS bigint[])) AS s(p, after)
     CROSS JOIN LATERAL (
-      SELECT count(*) AS n, min(o.created_at) AS oldest
-      FROM outbox_positions o WHERE o.partition = s.p AND o.position > s.after
+      SELECT sum(c.n) AS n, min(c.oldest) AS oldest FROM (
+        SELECT count(*) AS n, min(o.created_at) AS oldest
+        FROM outbox_positions o WHERE o.partition = s.p AND o.position > s.after
+        UNION ALL
+        SELECT count(*), min(u.created_at) FROM outbox_undrawn u WHERE u.partition = s.p
+      ) c
     ) pending
     LEFT JOIN outbox_published_floor f ON f.partition = s.p
     ORDER BY s.p
@@ -62,14 +63,14 @@ _MIRROR = text(
 class OutboxPartitionStatus:
     partition: int
     position: int  # committed in Kafka, as given (0: none)
-    pending: int  # rows of outbox_positions above ``position``
+    pending: int  # rows of outbox_positions above ``position``, and rows not drawn yet
     oldest_pending_age_s: float | None  # the oldest pending row's age (None: none pending)
     floor: int  # recorded as published (outbox_published_floor; 0: never)
     last_publish: datetime | None  # when the floor last rose (None: never)
     dead_letters: int  # rows in outbox_dead_letters
     # What holds the partition (a snapshot): the row its relay retries a batch for, with
-    # the reason and since when (outbox_stalls); transactions holding its horizon's lock;
-    # rows of the previous relay partition count still unpublished.
+    # the reason and since when (outbox_stalls); rows of the previous relay partition
+    # count still unpublished.
     held_up_by: tuple[str, ...]
     # What its relay retries a batch for (outbox_stalls): None while nothing holds it.
     stall: Stall | None = None
@@ -113,9 +114,7 @@ def outbox_status(
             for r in conn.execute(STALLS, {"partitions": partitions})
         }
         holders = {
-            p: tuple(_stall_line(s) for s in (stalls.get(p),) if s is not None)
-            + tuple(conn.execute(HORIZON_BLOCKERS, {"partition": p}).scalars())
-            + count_change
+            p: tuple(_stall_line(s) for s in (stalls.get(p),) if s is not None) + count_change
             for p in partitions
         }
     return now, [

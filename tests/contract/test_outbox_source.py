@@ -112,6 +112,8 @@ class PostgresHarness:
             events.append(relay.Event(TOPIC, key, value, list(headers), event_type, event_id))
         with self._engine.begin() as conn:
             relay.publish_many(conn, events)
+        with self._engine.begin() as conn:  # as the relay draws before it reads
+            conn.execute(sa.text("SELECT outbox_draw()"))
         with self._engine.connect() as conn:
             rows = conn.execute(
                 sa.text(

@@ -80,6 +80,14 @@ def run_sql(database_url: str, statement: str, **params: object) -> list[tuple[o
         engine.dispose()
 
 
+def draw(database_url: str) -> int:
+    """Draw the positions of what has committed (as the relay does before it reads:
+    ``outbox_draw``, 0017_relay_drawn_positions), so that ``outbox_positions`` and
+    ``outbox_commits`` show it; the highest position drawn."""
+    ((drawn,),) = run_sql(database_url, "SELECT drawn FROM outbox_draw()")
+    return int(drawn)  # type: ignore[call-overload]
+
+
 def new_prefix() -> str:
     return f"it-{uuid.uuid4().hex[:10]}"
 

@@ -10,49 +10,64 @@ import pytest
 import sqlalchemy as sa
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
+from sqlalchemy.pool import NullPool
 
 import relay
 from relay.kafka.publisher import record_headers
 from relay.kafka.topics import single_record_batch_size
-from relay.publishing.events import decode_headers
+from relay.publishing.events import decode_headers_json
 from relay.publishing.types import OutboxRecord
+from tests.integration.conftest import RELAY_PARTITIONS
 from tests.integration.support import (
     RelayTestEnv,
     assert_exactly_once_in_order,
+    draw,
     read_committed,
     run_relay,
     start_relay,
     wait_until,
 )
 from tests.integration.writes import publish_events
+from tests.partitioning import partition_of
 
 LIMIT = 4000
 
 
-def _resize_to(env: RelayTestEnv, outbox_id: int, target: int) -> None:
-    """Give row ``outbox_id`` a value that makes its one-record batch exactly ``target``
-    bytes, headers (outbox id, seq, partition, the event's: its event-id) included."""
-    (row,) = env.sql(
-        "SELECT p.id, p.partition, p.position, p.topic, p.key, o.headers"
-        " FROM outbox_positions p JOIN outbox o USING (id) WHERE p.id = :i",
-        i=outbox_id,
-    )
-    record = OutboxRecord(
-        int(row[0]),  # type: ignore[call-overload]
-        int(row[1]),  # type: ignore[call-overload]
-        int(row[2]),  # type: ignore[call-overload]
-        str(row[3]),
-        bytes(row[4]),  # type: ignore[call-overload]
-        b"",
-        None,
-        decode_headers(row[5]),
-    )
-    headers = record_headers(record)
-    length = target - single_record_batch_size(record.key, b"", headers)
-    while single_record_batch_size(record.key, b"v" * length, headers) > target:
-        length -= 1
-    assert single_record_batch_size(record.key, b"v" * length, headers) == target
-    env.sql("UPDATE outbox SET value = :v WHERE id = :i", v=b"v" * length, i=outbox_id)
+def _write_sized(env: RelayTestEnv, topic: str, key: str, target: int) -> int:
+    """Commit one event of ``key`` whose one-record batch is exactly ``target`` bytes,
+    headers (outbox id, position, partition, the event's: its event-id) included: the
+    transaction is drawn alone, so its position is the next one. Its id."""
+    drawn = draw(env.database_url)
+    engine = sa.create_engine(env.database_url, poolclass=NullPool)
+    try:
+        with engine.begin() as conn:
+            relay.publish(conn, topic, key, b"")
+            ((outbox_id, headers),) = conn.execute(
+                sa.text("SELECT id, headers::text FROM outbox WHERE txid = pg_current_xact_id()")
+            ).all()
+            record = OutboxRecord(
+                int(outbox_id),
+                partition_of(key.encode(), RELAY_PARTITIONS),
+                drawn + 1,
+                topic,
+                key.encode(),
+                b"",
+                None,
+                decode_headers_json(headers),
+            )
+            headers_sent = record_headers(record)
+            length = target - single_record_batch_size(record.key, b"", headers_sent)
+            while single_record_batch_size(record.key, b"v" * length, headers_sent) > target:
+                length -= 1
+            assert single_record_batch_size(record.key, b"v" * length, headers_sent) == target
+            conn.execute(
+                sa.text("UPDATE outbox SET value = :v WHERE id = :i"),
+                {"v": b"v" * length, "i": outbox_id},
+            )
+    finally:
+        engine.dispose()
+    assert draw(env.database_url) == drawn + 1
+    return int(outbox_id)
 
 
 def test_records_kafka_refuses_go_to_dead_letters_and_the_rest_is_published(
@@ -63,11 +78,12 @@ def test_records_kafka_refuses_go_to_dead_letters_and_the_rest_is_published(
     # follow it (test_missing_topics.py, test_dead_letter_tools.py).
     events = [relay.Event(topic, "same-key", {"n": n}) for n in range(10)]
     events.insert(7, relay.Event(topic, "big-key", b"y" * 1_200_000))  # over the client's limit
-    edge = [relay.Event(topic, f"edge-{n}", b"") for n in range(4)]
-    ids = publish_events(relay_env.database_url, events + edge)
-    edge_ids = sorted(ids)[-4:]
-    for outbox_id, delta in zip(edge_ids, (-1, 0, 1, 2), strict=True):
-        _resize_to(relay_env, outbox_id, LIMIT + delta)  # the broker's own boundary
+    ids = publish_events(relay_env.database_url, events)
+    edge_ids = [  # the broker's own boundary
+        _write_sized(relay_env, topic, f"edge-{n}", LIMIT + delta)
+        for n, delta in enumerate((-1, 0, 1, 2))
+    ]
+    ids |= set(edge_ids)
     refused = {
         int(r[0]) for r in relay_env.sql("SELECT id FROM outbox WHERE length(value) > 1000000")
     }  # type: ignore[call-overload]

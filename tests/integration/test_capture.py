@@ -12,6 +12,7 @@ import relay
 from tests.integration.support import (
     RelayTestEnv,
     assert_exactly_once_in_order,
+    draw,
     read_committed,
     run_relay,
 )
@@ -68,6 +69,7 @@ def test_partition_assignment_matches_the_python_function(relay_env: RelayTestEn
     engine = sa.create_engine(relay_env.database_url, poolclass=NullPool)
     with engine.begin() as conn:
         relay.publish_many(conn, [relay.Event("t", k, None) for k in keys])
+    draw(relay_env.database_url)
     rows = relay_env.sql("SELECT key, partition, position FROM outbox_positions ORDER BY id")
     engine.dispose()
     assert [bytes(r[0]) for r in rows] == keys  # type: ignore[arg-type]
@@ -95,19 +97,24 @@ def test_invalid_events_are_refused_before_anything_is_written(
     assert relay_env.sql("SELECT count(*) FROM outbox") == [(0,)]
 
 
-def test_outbox_transactions_commit_durably_even_with_synchronous_commit_off(
+def test_drawn_commits_are_durable_even_when_their_writers_turned_synchronous_commit_off(
     relay_env: RelayTestEnv,
 ) -> None:
-    """The relay publishes what it can see; a commit a crash could take back must not be
-    visible to it. The commit-time trigger raises synchronous_commit for the transaction."""
+    """The relay publishes what a committed draw placed; a commit a crash could take back
+    must not be published. A writer may commit with synchronous_commit off: the draw that
+    places its rows commits with it on, and its commit record follows the writer's, so
+    the flush of the draw's commit flushes the writer's too (0017_relay_drawn_positions)."""
     engine = sa.create_engine(relay_env.database_url, poolclass=NullPool)
     with engine.begin() as conn:
         conn.execute(sa.text("SET LOCAL synchronous_commit = off"))
         relay.publish(conn, "t", "k", {"n": 1})
-        conn.execute(sa.text("SET CONSTRAINTS ALL IMMEDIATE"))  # fire the commit trigger now
-        assert conn.execute(sa.text("SHOW synchronous_commit")).scalar_one() == "on"
-    with engine.begin() as conn:  # a transaction without outbox rows keeps its setting
+    with engine.begin() as conn:  # a draw in a session whose setting is off
         conn.execute(sa.text("SET LOCAL synchronous_commit = off"))
+        assert conn.execute(sa.text("SELECT drawn FROM outbox_draw()")).scalar_one() == 1
+        assert conn.execute(sa.text("SHOW synchronous_commit")).scalar_one() == "on"
+    with engine.begin() as conn:  # a draw that places nothing keeps the setting
+        conn.execute(sa.text("SET LOCAL synchronous_commit = off"))
+        assert conn.execute(sa.text("SELECT drawn FROM outbox_draw()")).scalar_one() == 1
         assert conn.execute(sa.text("SHOW synchronous_commit")).scalar_one() == "off"
     engine.dispose()
 

@@ -11,6 +11,7 @@ import relay
 from tests.integration.support import (
     RelayTestEnv,
     assert_exactly_once_in_order,
+    draw,
     read_committed,
     run_relay,
 )
@@ -32,6 +33,7 @@ def test_services_and_relay_need_no_more_than_their_roles(
     writer.dispose()
     committed = {int(r[0]) for r in relay_env.sql("SELECT id FROM outbox")}  # type: ignore[call-overload]
     assert len(committed) == 50
+    draw(relay_env.database_url)
     assert relay_env.sql("SELECT count(*) FROM outbox_positions") == [(50,)]
 
     result = run_relay(relay_env, "run", "--once", RELAY_DATABASE_URL=login_roles["outbox_relay"])

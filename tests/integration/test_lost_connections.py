@@ -13,7 +13,7 @@ from relay.postgres.engine import opened
 from relay.postgres.outbox_partitions import CommittedTops
 from relay.postgres.outbox_source import PostgresOutboxSource
 from relay.runtime.secrets import Secret
-from tests.integration.support import RelayTestEnv
+from tests.integration.support import RelayTestEnv, draw
 from tests.integration.writes import write_events
 
 pytestmark = pytest.mark.integration
@@ -36,6 +36,7 @@ def test_tops_are_each_partitions_last_marker_and_a_lost_connection_is_replaced(
         try:
             assert tops(PARTITIONS) == dict.fromkeys(PARTITIONS, 0)
             write_events(relay_env.database_url, "orders", 40)
+            draw(relay_env.database_url)
             markers = relay_env.sql(
                 "SELECT partition, max(last_seq) FROM outbox_commits GROUP BY partition"
             )

@@ -32,13 +32,15 @@ def engine(relay_env: RelayTestEnv) -> Iterator[sa.Engine]:
 @pytest.fixture
 def source(engine: sa.Engine, relay_env: RelayTestEnv) -> PostgresOutboxSource:
     database = Database(engine, Secret(relay_env.database_url))
-    return PostgresOutboxSource(database, held_up_warning_s=60, settling=True)
+    return PostgresOutboxSource(database, settling=True)
 
 
 def _write(engine: sa.Engine) -> tuple[int, datetime]:
     """One row of partition P committed: its position, and the database's time after."""
     with engine.begin() as conn:
         relay.publish(conn, "t", KEY, b"{}")
+    with engine.begin() as conn:  # as the relay draws before it reads
+        conn.execute(sa.text("SELECT outbox_draw()"))
     with engine.connect() as conn:
         position = conn.execute(sa.text("SELECT max(position) FROM outbox_positions")).scalar()
         now = conn.execute(sa.text("SELECT clock_timestamp()")).scalar()
@@ -65,19 +67,20 @@ def test_a_fetch_vouches_for_every_commit_before_it(
     assert drained is not None and drained.top <= second and drained.as_of_ms >= found.as_of_ms
 
 
-def test_nothing_is_vouched_for_while_a_writer_holds_the_horizon(
+def test_a_transaction_left_open_holds_nothing_up_and_comes_after_when_it_commits(
     engine: sa.Engine, source: PostgresOutboxSource
 ) -> None:
-    _write(engine)
-    source.fetch(P, 0, 100)
-    before = source.settled(P)
+    """A writer's transaction is drawn once it commits: one left open holds no horizon
+    and no time vouched for (0017_relay_drawn_positions)."""
+    first, _ = _write(engine)
     with engine.connect() as conn:
         conn.begin()
-        relay.publish(conn, "t", KEY, b"{}")
-        conn.execute(sa.text("SET CONSTRAINTS ALL IMMEDIATE"))  # sequenced: holds the lock
-        assert source.fetch(P, 0, 100) != []
-        assert source.settled(P) == before
+        relay.publish(conn, "t", KEY, b"{}")  # open, with the smaller id
+        later, committed = _write(engine)
+        assert [r.seq for r in source.fetch(P, 0, 100)] == [first, later]
+        found = source.settled(P)
+        assert found is not None and found.top == later
+        assert found.as_of_ms >= _ms(committed)
         conn.commit()
-    source.fetch(P, 0, 100)
-    after = source.settled(P)
-    assert after is not None and before is not None and after.as_of_ms > before.as_of_ms
+    (last,) = source.fetch(P, later, 100)
+    assert last.seq > later

@@ -19,6 +19,7 @@ from tests.integration.support import (
     Consumed,
     RelayTestEnv,
     assert_exactly_once_in_order,
+    draw,
     read_committed,
     run_relay,
     start_relay,
@@ -50,9 +51,11 @@ def test_relay_db_partitions_changes_the_count_once_everything_is_published(
     assert relay_env.sql("SELECT partitions FROM outbox_settings") == [(8,)]
 
     later = write_events(relay_env.database_url, topic, 80) - first
-    assert {int(r[0]) for r in relay_env.sql("SELECT DISTINCT partition FROM outbox")} - set(  # type: ignore[call-overload]
-        range(RELAY_PARTITIONS)
-    ), "some keys should now be in the new partitions"
+    draw(relay_env.database_url)
+    assert {
+        int(r[0])  # type: ignore[call-overload]
+        for r in relay_env.sql("SELECT DISTINCT partition FROM outbox_positions")
+    } - set(range(RELAY_PARTITIONS)), "some keys should now be in the new partitions"
     result = run_relay(relay_env, "run", "--once")
     assert result.returncode == 0, result.stderr
     assert "relaying partitions [0, 1, 2, 3, 4, 5, 6, 7]" in result.stderr
@@ -61,6 +64,7 @@ def test_relay_db_partitions_changes_the_count_once_everything_is_published(
 
 def test_rows_stranded_beyond_the_count_stop_the_relay(relay_env: RelayTestEnv, topic: str) -> None:
     write_events(relay_env.database_url, topic, 40)
+    draw(relay_env.database_url)  # rows drawn into partitions 0-3
     relay_env.sql("ALTER TABLE outbox_settings DISABLE TRIGGER USER")  # as an older release
     relay_env.sql("UPDATE outbox_settings SET partitions = 2")
 
@@ -86,6 +90,7 @@ def _assert_each_key_in_commit_order(consumed: list[Consumed], moved: set[bytes]
 
 
 def _moved_keys(env: RelayTestEnv, count: int) -> set[bytes]:
+    draw(env.database_url)
     return {
         bytes(key)  # type: ignore[arg-type]
         for (key,) in env.sql(

@@ -15,6 +15,7 @@ from relay.publishing.partition_relay import READY
 from tests.integration.support import (
     RelayTestEnv,
     assert_exactly_once_in_order,
+    draw,
     read_committed,
     run_relay,
     start_relay,
@@ -36,6 +37,7 @@ def _floor(env: RelayTestEnv, partition: int) -> int:
 
 def _rows(env: RelayTestEnv, partition: int) -> list[tuple[int, int, bytes]]:
     """(id, position, key) of the partition's rows still in the outbox, in position order."""
+    draw(env.database_url)
     found = env.sql(
         "SELECT p.id, p.position, o.key FROM outbox_positions p JOIN outbox o ON o.id = p.id "
         "WHERE p.partition = :p ORDER BY p.position",
@@ -97,6 +99,7 @@ def test_a_position_set_back_fences_the_running_relay_and_republishes_the_rows_a
     new_ids = new - ids
     assert len(new_ids) == 1
     assert times == Counter({i: 2 if i in above else 1 for i in ids | new_ids})
+    draw(relay_env.database_url)
     (new_position,) = relay_env.sql(
         "SELECT position FROM outbox_positions WHERE id = :i", i=min(new_ids)
     )

@@ -8,6 +8,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -19,8 +20,10 @@ from relay.runtime.secrets import Secret
 from tests.integration.support import (
     RelayTestEnv,
     assert_exactly_once_in_order,
+    draw,
     read_committed,
     run_relay,
+    run_sql,
     start_relay,
     wait_until,
 )
@@ -168,20 +171,20 @@ def test_concurrent_free_running_writers_with_a_live_relay(
     assert_exactly_once_in_order(read_committed(relay_env.bootstrap_servers, topic), committed_ids)
 
 
-def test_concurrent_commits_of_one_partition_draw_positions_no_other_commit_has(
+def test_concurrent_draws_and_commits_claim_no_common_position(
     relay_env: RelayTestEnv, engine: sa.Engine, topic: str
 ) -> None:
-    """Each commit's span of positions is its own: writers of different keys in one relay
-    partition commit at the same time (they hold its lock shared), and their draws from
-    ``outbox_seq`` must not interleave, or two markers claim the same positions (a row
-    published twice, or one skipped). The writers' transactions hold one row (one draw,
-    0016), three rows of one key (one partition) or three keys (several partitions)."""
+    """Each marker's positions are its own, and every committed row gets exactly one:
+    writers of one row, three rows of one key and three keys commit while three drawers
+    (as the partitions and the commit watch of several relays) draw at the same time."""
     errors: list[BaseException] = []
+    writing = threading.Event()
+    writing.set()
 
     def write(index: int) -> None:
         kind = index % 3  # 0: one row; 1: three rows of one key; 2: three keys
         try:
-            for n in range(150):
+            for n in range(100):
                 with Session(engine) as session, session.begin():
                     for k in range(1 if kind == 0 else 3):
                         key = f"w{index}-{n}" if kind == 1 else f"w{index}-{n}-{k}"
@@ -189,85 +192,110 @@ def test_concurrent_commits_of_one_partition_draw_positions_no_other_commit_has(
         except BaseException as exc:
             errors.append(exc)
 
+    def keep_drawing() -> None:
+        try:
+            while writing.is_set():
+                draw(relay_env.database_url)
+        except BaseException as exc:
+            errors.append(exc)
+
     writers = [threading.Thread(target=write, args=(i,)) for i in range(WRITERS)]
-    for writer in writers:
-        writer.start()
+    drawers = [threading.Thread(target=keep_drawing) for _ in range(3)]
+    for thread in writers + drawers:
+        thread.start()
     for writer in writers:
         writer.join(300)
+    writing.clear()
+    for drawer in drawers:
+        drawer.join(60)
     assert not errors, errors[0]
+    draw(relay_env.database_url)
     with engine.connect() as conn:
         overlapping = conn.execute(
             sa.text(
                 """
                 SELECT count(*) FROM outbox_commits a JOIN outbox_commits b
-                  ON a.partition = b.partition AND a.txid <> b.txid
+                  ON a.partition = b.partition AND (a.txid, a.last_seq) <> (b.txid, b.last_seq)
                  AND a.first_seq <= b.last_seq AND b.first_seq <= a.last_seq
                 """
             )
         ).scalar_one()
-    assert overlapping == 0, f"{overlapping} pairs of commits claim the same positions"
-
-
-DRAW_LOCK = (0x0B0D, 0)  # the draw lock of 0015_contiguous_draws (class, key)
-
-
-def _draw_waits(engine: sa.Engine) -> bool:
-    """Whether a commit waits for the draw lock."""
-    with engine.connect() as conn:
-        return bool(
-            conn.execute(
-                sa.text(
-                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
-                    "AND classid = :c AND objid = :k AND objsubid = 2 AND NOT granted"
-                ),
-                {"c": DRAW_LOCK[0], "k": DRAW_LOCK[1]},
-            ).scalar_one()
-        )
-
-
-@pytest.mark.parametrize(
-    ("held", "rows", "waits"),
-    [
-        ("", 1, True),  # a several-row draw in progress: a one-row commit waits for it
-        ("_shared", 1, False),  # one-row draws: they do not wait for each other (0016)
-        ("_shared", 3, True),  # a one-row draw in progress: a several-row commit waits
-    ],
-)
-def test_a_draw_stays_out_of_several_row_draws_and_one_row_draws_do_not_queue(
-    engine: sa.Engine, topic: str, held: str, rows: int, waits: bool
-) -> None:
-    """The draw lock as the commits' triggers take it: a commit of one row draws one
-    ``outbox_seq`` value (SHARED), a commit of several rows a block (EXCLUSIVE), so no
-    value is drawn inside another commit's block. Here the test holds the lock as a
-    draw in progress would."""
-    committed = threading.Event()
-    errors: list[BaseException] = []
-
-    def commit() -> None:
-        try:
-            with Session(engine) as session, session.begin():
-                for k in range(rows):
-                    relay.publish(session, topic, "one-key", {"k": k})
-            committed.set()
-        except BaseException as exc:
-            errors.append(exc)
-            committed.set()
-
-    with engine.connect() as holder:
-        holder.execute(sa.text(f"SELECT pg_advisory_lock{held}({DRAW_LOCK[0]}, {DRAW_LOCK[1]})"))
-        writer = threading.Thread(target=commit, daemon=True)
-        writer.start()
-        try:
-            if waits:
-                wait_until(lambda: _draw_waits(engine), 30, "the commit to wait for the draw lock")
-                assert not committed.is_set()
-            else:
-                assert committed.wait(30), "the one-row commit waited for another's draw"
-        finally:
-            holder.execute(
-                sa.text(f"SELECT pg_advisory_unlock{held}({DRAW_LOCK[0]}, {DRAW_LOCK[1]})")
+        placed = conn.execute(
+            sa.text(
+                "SELECT count(*), count(DISTINCT id), count(DISTINCT position) "
+                "FROM outbox_positions"
             )
-            holder.commit()
-        writer.join(30)
-    assert not errors, errors[0]
-    assert committed.is_set()
+        ).one()
+        rows = conn.execute(sa.text("SELECT count(*) FROM outbox")).scalar_one()
+    assert overlapping == 0, f"{overlapping} pairs of markers claim the same positions"
+    assert tuple(placed) == (rows, rows, rows), "a row without a position, or with two"
+
+
+def test_a_key_is_in_commit_order_when_the_later_commit_has_the_smaller_transaction_id(
+    relay_env: RelayTestEnv,
+) -> None:
+    """Two transactions of one key commit between two draws: the one that began first
+    (and took the smaller transaction id) commits second, as when it waited for a row
+    lock the other held. Its event comes second: draws order by commit time, not by
+    transaction id."""
+    libpq = relay_env.database_url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(libpq) as early, psycopg.connect(libpq) as late:
+        early.execute("INSERT INTO outbox (topic, key, value) VALUES ('t', 'other', 'x')")
+        late.execute("INSERT INTO outbox (topic, key, value) VALUES ('t', 'k', 'first')")
+        (early_txid,) = early.execute("SELECT pg_current_xact_id()::text::bigint").fetchone() or (
+            0,
+        )
+        (late_txid,) = late.execute("SELECT pg_current_xact_id()::text::bigint").fetchone() or (0,)
+        assert early_txid < late_txid
+        late.commit()
+        early.execute("INSERT INTO outbox (topic, key, value) VALUES ('t', 'k', 'second')")
+        early.commit()
+    draw(relay_env.database_url)
+    in_order = run_sql(
+        relay_env.database_url,
+        "SELECT o.value FROM outbox_positions p JOIN outbox o ON o.id = p.id "
+        "WHERE o.key = 'k' ORDER BY p.position",
+    )
+    assert [bytes(v) for (v,) in in_order] == [b"first", b"second"]  # type: ignore[call-overload]
+
+
+def test_a_transaction_left_open_across_draws_is_drawn_when_it_commits(
+    relay_env: RelayTestEnv,
+) -> None:
+    """The draws read rows above a cursor, which moves past the ids issued before a check
+    only once every transaction that held the outbox then has ended: a transaction that
+    inserted a row (a low id) and stays open while others commit and many draws pass is
+    drawn when it commits, after them."""
+    libpq = relay_env.database_url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(libpq) as held:
+        (held_id,) = held.execute(
+            "INSERT INTO outbox (topic, key, value) VALUES ('t', 'k', 'held') RETURNING id"
+        ).fetchone() or (0,)
+        for n in range(5):
+            run_sql(
+                relay_env.database_url,
+                "INSERT INTO outbox (topic, key, value) VALUES ('t', :k, 'later')",
+                k=f"k{n}",
+            )
+            for _ in range(3):
+                draw(relay_env.database_url)
+        ((drawn,),) = run_sql(relay_env.database_url, "SELECT count(*) FROM outbox_positions")
+        assert drawn == 5
+        held.commit()
+    top = draw(relay_env.database_url)
+    assert run_sql(
+        relay_env.database_url, "SELECT position FROM outbox_positions WHERE id = :i", i=held_id
+    ) == [(top,)]
+
+
+def test_a_row_that_sets_what_the_draw_decides_is_refused(relay_env: RelayTestEnv) -> None:
+    """A row's transaction id, partition, ordinal and seq are the database's and the
+    draw's: a row written with any of them (a copy of another row, say) would be drawn
+    wrongly or never, so the outbox refuses it."""
+    for column, value in (("txid", "'5'"), ("partition", "0"), ("ordinal", "0"), ("seq", "1")):
+        with pytest.raises(sa.exc.IntegrityError, match="outbox_written_plainly"):
+            run_sql(
+                relay_env.database_url,
+                f"INSERT INTO outbox (topic, key, {column}) VALUES ('t', 'k', {value})",
+            )
+    assert run_sql(relay_env.database_url, "SELECT count(*) FROM outbox") == [(0,)]

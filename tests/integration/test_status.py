@@ -27,6 +27,7 @@ from tests.integration.mirror_support import (
 from tests.integration.support import (
     PROJECT_ROOT,
     RelayTestEnv,
+    draw,
     relay_command,
     run_relay,
     run_sql,
@@ -64,6 +65,7 @@ def _by_partition(document: dict[str, Any]) -> dict[int, dict[str, Any]]:
 
 
 def _tops(env: RelayTestEnv) -> dict[int, int]:
+    draw(env.database_url)
     rows = env.sql("SELECT partition, max(position) FROM outbox_positions GROUP BY partition")
     return {int(str(p)): int(str(top)) for p, top in rows}
 
@@ -133,42 +135,31 @@ def test_positions_pending_rows_ages_and_the_checks(
         assert password not in result.stdout + result.stderr
 
 
-def test_a_partition_held_up_by_an_open_transaction_names_the_backend(
+def test_rows_not_drawn_yet_are_pending_and_an_open_transaction_holds_nothing_up(
     relay_env: RelayTestEnv, make_topic: Callable[..., str]
 ) -> None:
+    """Committed rows count as pending before any relay drew their positions, and after;
+    a writer's transaction left open holds no partition up (0017_relay_drawn_positions)."""
     topic = make_topic(partitions=1)
     libpq = relay_env.database_url.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(libpq) as held:
-        held.execute(
-            "INSERT INTO outbox (topic, key, value) VALUES (%s, %s, 'held')",
-            (topic, _keys(3, 1)[0]),
+    key, other = _keys(3, 2)
+    for n in range(2):
+        run_sql(
+            relay_env.database_url,
+            "INSERT INTO outbox (topic, key, value) VALUES (:t, :k, 'v')",
+            t=topic,
+            k=key if n else other,
         )
-        held.execute("SET CONSTRAINTS ALL IMMEDIATE")
-        pid = held.info.backend_pid
+    with psycopg.connect(libpq) as held:
+        held.execute("INSERT INTO outbox (topic, key, value) VALUES (%s, %s, 'held')", (topic, key))
         by = _by_partition(_status(relay_env))
-        assert by[3]["held_up"] is True
-        assert len(by[3]["held_up_by"]) == 1
-        assert by[3]["held_up_by"][0].startswith(f"backend {pid} (idle in transaction since ")
-        assert not any(by[p]["held_up"] for p in (0, 1, 2))
-        text = run_relay(relay_env, "status")
-        assert text.returncode == 0, text.stderr
-        (line,) = [row for row in text.stdout.splitlines() if row.split()[:1] == ["3"]]
-        assert f"backend {pid} (idle in transaction" in line
+        assert by[3]["pending"] == 2
+        assert not any(by[p]["held_up"] for p in sorted(by))
+        draw(relay_env.database_url)
+        by = _by_partition(_status(relay_env))
+        assert by[3]["pending"] == 2
+        assert [by[p]["pending"] for p in (0, 1, 2)] == [0, 0, 0]
         held.rollback()
-    assert _by_partition(_status(relay_env))[3]["held_up"] is False
-
-
-def test_a_writer_in_another_database_of_the_server_holds_up_nothing_here(
-    relay_env: RelayTestEnv, make_database: Callable[[], str]
-) -> None:
-    """Advisory locks are per database: a writer of relay partition 3 of another outbox on
-    the same server (here: the very lock its trigger takes) is not named here."""
-    elsewhere = make_database().replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(elsewhere) as other:
-        other.execute("SELECT pg_advisory_xact_lock_shared(2827, 3)")
-        by = _by_partition(_status(relay_env))
-        assert [by[p]["held_up_by"] for p in sorted(by)] == [[]] * RELAY_PARTITIONS
-        other.rollback()
 
 
 def _run_status(

@@ -24,7 +24,7 @@ from sqlalchemy.pool import NullPool
 import relay
 from relay.postgres.outbox_writer import AsyncBind, SyncBind
 from relay.publishing.events import decode_headers
-from tests.integration.support import migrate, run_sql
+from tests.integration.support import draw, migrate, run_sql
 
 Row = tuple[Any, ...]
 Stack = Callable[[str, Callable[[], None], bool], list[Row]]
@@ -222,6 +222,7 @@ def test_the_event_commits_and_rolls_back_with_the_business_row(
     if commit:
         assert after[1] == seen  # the same event id
         assert decode_headers(after[1][0][4])[-2:] == (("trace", b"abc"), ("bin", b"\x00\xff"))
+        draw(database)
         sequenced = run_sql(database, "SELECT count(*) FROM outbox_positions")
         assert sequenced == [(1,)]
 

@@ -1,5 +1,6 @@
-"""The write path (I2, 0014_serializable_capture): every kind of writer gets a relay
-partition and a position for each row, and SERIALIZABLE writers of events do not conflict."""
+"""The write path (I2, 0017_relay_drawn_positions): every kind of writer gets a relay
+partition and a position for each row once drawn, and SERIALIZABLE writers of events do
+not conflict."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from tests.integration.support import RelayTestEnv, run_sql
+from tests.integration.support import RelayTestEnv, draw, run_sql
 from tests.partitioning import partition_of
 
 PARTITIONS = 4  # as relay_env
@@ -42,6 +43,7 @@ def serializable_pair(outbox_url: str) -> Iterator[tuple[psycopg.Connection, psy
 
 def _positions(url: str) -> list[tuple[int, int, int, bytes | None]]:
     """(id, partition, position, key) of every row, by id."""
+    draw(url)
     rows = run_sql(url, "SELECT id, partition, position, key FROM outbox_positions ORDER BY id")
     return [(int(i), int(p), int(s), None if k is None else bytes(k)) for i, p, s, k in rows]  # type: ignore[call-overload]
 
@@ -56,8 +58,9 @@ def test_serializable_writers_of_several_keys_both_commit(
     spread: str,
 ) -> None:
     """Two SERIALIZABLE transactions, each writing events of several keys, their inserts
-    interleaved: sequencing reads no row the other wrote, so both commit (SQLSTATE 40001,
-    could not serialize access, when it scans the outbox by id range)."""
+    interleaved: sequencing reads no row the other wrote (the relay draws the positions,
+    after both commit), so both commit (SQLSTATE 40001, could not serialize access, when
+    the writers' own commits scanned the outbox by id range)."""
     if spread.startswith("several keys"):
         keys = [_keys_in(2, 3, f"w{n}") for n in range(2)]
     else:

@@ -1,0 +1,477 @@
+"""Positions drawn by the relay, in commit order: no function runs in a writer's transaction.
+
+Revision ID: 0017_relay_drawn_positions
+Revises: 0016_shared_single_draws
+Create Date: 2026-11-27
+
+Until now every outbox row ran ``outbox_capture_row`` (BEFORE INSERT, PL/pgSQL) and every
+transaction ``outbox_sequence_at_commit`` (deferred), which drew its positions at commit
+under advisory locks on its partitions and keys, held through the commit's WAL flush: a
+service wrote at 0.5-0.7x a trigger-less outbox, and writers of one hot key committed
+one WAL flush at a time. Now a writer only inserts rows (I2, docs/invariants.md):
+
+* ``txid`` defaults to ``pg_current_xact_id()``; the check ``outbox_written_plainly``
+  (NOT VALID: rows already written keep theirs) refuses a row that sets its own
+  ``txid``, ``partition``, ``ordinal`` or ``seq``.
+* ``outbox_draw()``, called by the relay (through ``outbox_horizon`` and the commit watch;
+  one at a time, each after the one before has committed), draws positions for the transactions that
+  have become visible since its last draw (``outbox_draws.seen``, that draw's snapshot),
+  in the order of their commit timestamps (``track_commit_timestamp``, which this
+  revision needs), and inserts one marker per transaction and relay partition, whose
+  ``ids`` list the partition's rows in position order (``first_seq`` for the first). A
+  transaction visible at one draw is drawn before one visible only at a later draw;
+  within a draw, the earlier commit timestamp goes first. So a transaction whose commit
+  was visible before another's began (the second waited for a row lock the first held,
+  or read what it wrote) has the smaller positions, and commits that overlap may be
+  numbered in either order. The relay partition is the key's, with the count in force
+  at the draw.
+* The draw commits with ``synchronous_commit`` on: its commit record follows the commit
+  records of the transactions it drew, so they are durable before the relay can publish
+  them, whatever the writers' own setting.
+* A reader's horizon is the highest position drawn by a committed draw: every position
+  at or below it is in a committed marker, whose rows are committed (gap-free). No
+  writer holds it up any more: a transaction that does not finish is drawn when it
+  commits.
+* The draw reads rows above ``outbox_draws.cursor`` only. The cursor moves up to the
+  outbox id issued before a check once every transaction that held the outbox's
+  RowExclusiveLock at that check (``check_vxids``, from ``pg_locks``) has ended: every row
+  at or below it is then visible, or rolled back.
+
+Markers of the transactions sequenced before this revision get their ``ids`` (NULL for a
+position whose row is gone); ``outbox_seq`` is no longer drawn from. Upgrade and downgrade
+lock the outbox (ACCESS EXCLUSIVE) so that no transaction in flight is sequenced by the
+other version; the downgrade draws what is committed first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import ModuleType
+
+from alembic import op
+
+from relay.postgres.revision_files import load_sibling
+
+revision: str = "0017_relay_drawn_positions"
+down_revision: str | None = "0016_shared_single_draws"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+DRAW_LOCK_CLASS = 0x0B0E  # one draw at a time; a partition count change waits for it
+
+_NEEDS_COMMIT_TIMESTAMPS = """
+DO $$
+BEGIN
+  IF current_setting('track_commit_timestamp') <> 'on' THEN
+    RAISE EXCEPTION 'track_commit_timestamp is off: the relay orders outbox transactions '
+      'by their commit time'
+      USING ERRCODE = 'object_not_in_prerequisite_state',
+            HINT = 'set track_commit_timestamp = on in postgresql.conf, restart the server, '
+                   'then upgrade again';
+  END IF;
+END
+$$
+"""
+
+_DRAWS = """
+CREATE TABLE outbox_draws (
+  singleton boolean PRIMARY KEY DEFAULT true CONSTRAINT outbox_draws_one_row CHECK (singleton),
+  drawn bigint NOT NULL,
+  cursor bigint NOT NULL,
+  seen pg_snapshot,
+  as_of timestamptz,
+  check_top bigint,
+  check_vxids text[],
+  drawn_at timestamptz
+)
+"""
+
+# The highest position drawn by a committed draw (or by this one), and the time as of
+# which every commit visible then is at or below it.
+_DRAW = rf"""
+CREATE FUNCTION outbox_draw(OUT drawn bigint, OUT as_of timestamptz)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+  d outbox_draws%ROWTYPE;
+  n integer;
+  t timestamptz;
+  top bigint;
+  cleared boolean;
+  snap pg_snapshot;
+  found_rows bigint;
+BEGIN
+  IF current_setting('transaction_isolation') <> 'read committed' THEN
+    RAISE EXCEPTION 'outbox_draw() runs in READ COMMITTED only (each of its statements '
+      'must see the commits before it)' USING ERRCODE = 'object_not_in_prerequisite_state';
+  END IF;
+  IF current_setting('track_commit_timestamp') <> 'on' THEN
+    RAISE EXCEPTION 'track_commit_timestamp is off: the relay orders outbox transactions '
+      'by their commit time'
+      USING ERRCODE = 'object_not_in_prerequisite_state',
+            HINT = 'set track_commit_timestamp = on in postgresql.conf and restart the server';
+  END IF;
+  -- One draw at a time, each after the one before has committed: a draw covers every
+  -- commit visible before it was called.
+  PERFORM pg_advisory_xact_lock({DRAW_LOCK_CLASS}, 0);
+  t := clock_timestamp();  -- before the snapshots below: commits visible before it are seen
+  SELECT * INTO STRICT d FROM outbox_draws;
+  top := (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM outbox_id_seq);
+  IF top <= d.cursor THEN  -- no row above the cursor: nothing to draw
+    drawn := d.drawn;
+    as_of := t;
+    RETURN;
+  END IF;
+  n := (SELECT partitions FROM outbox_settings);
+  cleared := d.check_vxids IS NULL OR NOT EXISTS (
+    SELECT FROM pg_locks l WHERE l.virtualtransaction = ANY(d.check_vxids));
+  WITH fresh AS MATERIALIZED (
+    SELECT o.id, o.txid,
+           CASE WHEN o.key IS NULL THEN (o.id % n)::integer
+                ELSE outbox_partition_of(o.key, n) END AS p
+    FROM outbox o
+    WHERE o.id > d.cursor AND o.seq IS NULL AND o.partition IS NULL
+      AND (d.seen IS NULL OR NOT pg_visible_in_snapshot(o.txid, d.seen))
+  ), txns AS (
+    SELECT f.txid,
+           pg_xact_commit_timestamp((f.txid::text::bigint % 4294967296)::text::xid) AS ts
+    FROM fresh f GROUP BY f.txid
+  ), marks AS (
+    SELECT f.p, f.txid, x.ts, array_agg(f.id ORDER BY f.id) AS ids
+    FROM fresh f JOIN txns x ON x.txid = f.txid
+    GROUP BY f.p, f.txid, x.ts
+  ), placed AS (
+    SELECT m.*, d.drawn + sum(cardinality(m.ids)) OVER (ORDER BY m.ts NULLS FIRST, m.txid, m.p)
+             AS last
+    FROM marks m
+  ), added AS (
+    INSERT INTO outbox_commits
+      (partition, first_seq, last_seq, base, txid, first_id, last_id, committed_at, ids)
+    SELECT p, last - cardinality(ids) + 1, last, last - cardinality(ids) + 1, txid, ids[1],
+           ids[cardinality(ids)], ts, ids
+    FROM placed
+    RETURNING last_seq, last_seq - first_seq + 1 AS rows_drawn
+  )
+  SELECT pg_current_snapshot(), coalesce((SELECT max(a.last_seq) FROM added a), d.drawn),
+         (SELECT coalesce(sum(a.rows_drawn), 0) FROM added a)
+  INTO snap, drawn, found_rows;
+  IF found_rows > 0 THEN
+    -- The commits drawn here are durable once this one is: its commit record follows theirs.
+    PERFORM set_config('synchronous_commit', 'on', true);
+  END IF;
+  as_of := t;
+  IF cleared AND d.check_vxids IS NOT NULL THEN
+    -- Every row up to check_top was visible to the draw above, or rolled back.
+    d.cursor := greatest(d.cursor, d.check_top);
+    d.check_vxids := NULL;
+  END IF;
+  IF d.check_vxids IS NULL AND top > d.cursor THEN
+    -- A new check: the ids issued so far, then who may still hold one of them unseen.
+    d.check_top := top;
+    d.check_vxids := ARRAY(
+      SELECT DISTINCT l.virtualtransaction FROM pg_locks l
+      WHERE l.locktype = 'relation' AND l.relation = 'outbox'::regclass
+        AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+        AND l.mode = 'RowExclusiveLock' AND l.granted);
+  END IF;
+  IF found_rows > 0 OR d.cursor IS DISTINCT FROM (SELECT s.cursor FROM outbox_draws s)
+     OR d.check_top IS DISTINCT FROM (SELECT s.check_top FROM outbox_draws s) THEN
+    UPDATE outbox_draws SET drawn = outbox_draw.drawn, cursor = d.cursor,
+      seen = CASE WHEN found_rows > 0 THEN snap ELSE outbox_draws.seen END,
+      as_of = t, check_top = d.check_top, check_vxids = d.check_vxids,
+      drawn_at = CASE WHEN found_rows > 0 THEN now() ELSE outbox_draws.drawn_at END;
+  END IF;
+END
+$$
+"""
+
+# What wakes `relay run`'s partitions (its commit watch, every 10 ms): a draw, then each
+# partition's highest marker.
+_COMMITTED_TOPS = """
+CREATE FUNCTION outbox_committed_tops(parts integer[]) RETURNS TABLE (p integer, top bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+BEGIN
+  -- Draws first: call it in a transaction of its own, which commits the draw.
+  PERFORM outbox_draw();
+  RETURN QUERY
+    SELECT s.p, (SELECT coalesce(max(c.last_seq), 0) FROM outbox_commits c
+                 WHERE c.partition = s.p)
+    FROM unnest(parts) s(p);
+END
+$$
+"""
+
+# The barrier of a count change whose rows are all published, cleared unless a count
+# change holds the row: that change waits for the draw lock this transaction holds.
+_CLEAR_BARRIER = """
+CREATE FUNCTION outbox_clear_barrier(held bigint) RETURNS void
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+  PERFORM FROM outbox_settings WHERE barrier = held FOR UPDATE SKIP LOCKED;
+  IF FOUND THEN
+    UPDATE outbox_settings SET barrier = NULL WHERE barrier = held;
+  END IF;
+END
+$$
+"""
+
+_HORIZON = """
+CREATE OR REPLACE FUNCTION outbox_horizon(p integer) RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+  settled bigint;
+  held bigint;
+BEGIN
+  -- Draws first: call it in a transaction of its own, which commits the draw.
+  settled := (SELECT d.drawn FROM outbox_draw() d);
+  held := (SELECT barrier FROM outbox_settings);
+  IF held IS NOT NULL AND settled > held THEN
+    IF outbox_unpublished_up_to(held) THEN
+      RETURN held;  -- rows of the old count first
+    END IF;
+    PERFORM outbox_clear_barrier(held);
+  END IF;
+  RETURN settled;
+END
+$$
+"""
+
+_HORIZON_AS_OF = """
+CREATE OR REPLACE FUNCTION outbox_horizon_as_of(
+  p integer, OUT horizon bigint, OUT top bigint, OUT as_of timestamptz, OUT partitions integer
+)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+  held bigint;
+  drawn bigint;
+  drawn_as_of timestamptz;
+BEGIN
+  -- Draws first: call it in a transaction of its own, which commits the draw.
+  SELECT d.drawn, d.as_of INTO drawn, drawn_as_of FROM outbox_draw() d;
+  horizon := drawn;
+  SELECT s.barrier, s.partitions INTO held, partitions FROM outbox_settings s;
+  IF held IS NOT NULL AND drawn > held THEN
+    IF outbox_unpublished_up_to(held) THEN
+      horizon := held;
+      RETURN;  -- held at a count change's barrier: commits above it are not published yet
+    END IF;
+    PERFORM outbox_clear_barrier(held);
+  END IF;
+  top := greatest(
+    (SELECT max(m.last_seq) FROM outbox_commits m WHERE m.partition = p AND m.last_seq <= horizon),
+    (SELECT max(o.seq) FROM outbox o
+     WHERE o.partition = p AND o.seq IS NOT NULL AND o.seq <= horizon),
+    0);
+  as_of := drawn_as_of;
+END
+$$
+"""
+
+# Whether a row at or below position ``b`` is not published yet (above its partition's
+# floor): rows sequenced before 0007 by their seq, later ones through their markers.
+_UNPUBLISHED_UP_TO = """
+CREATE OR REPLACE FUNCTION outbox_unpublished_up_to(b bigint) RETURNS boolean
+LANGUAGE sql STABLE SET search_path FROM CURRENT AS $$
+  SELECT EXISTS (
+    SELECT 1 FROM outbox o
+    LEFT JOIN outbox_published_floor f ON f.partition = o.partition
+    WHERE o.seq IS NOT NULL AND o.seq <= b AND o.seq > coalesce(f.position, 0)
+  ) OR EXISTS (
+    SELECT 1 FROM outbox_commits m
+    LEFT JOIN outbox_published_floor f ON f.partition = m.partition
+    WHERE m.first_seq <= b AND m.last_seq > coalesce(f.position, 0)
+      AND EXISTS (
+        SELECT 1 FROM unnest(m.ids) WITH ORDINALITY u(id, k) JOIN outbox o ON o.id = u.id
+        WHERE m.first_seq + u.k - 1 <= b AND m.first_seq + u.k - 1 > coalesce(f.position, 0)
+      )
+  )
+$$
+"""
+
+_POSITIONS = """
+CREATE VIEW outbox_positions AS
+SELECT o.id, o.partition, o.seq AS position, o.topic, o.key, o.value, o.event_type,
+       o.headers, o.created_at
+FROM outbox o WHERE o.seq IS NOT NULL
+UNION ALL
+SELECT o.id, m.partition, m.first_seq + u.k - 1, o.topic, o.key, o.value, o.event_type,
+       o.headers, o.created_at
+FROM outbox_commits m
+CROSS JOIN LATERAL unnest(m.ids) WITH ORDINALITY u(id, k)
+JOIN outbox o ON o.id = u.id
+"""
+
+# Committed rows no draw has reached yet, each with the relay partition the next draw gives
+# it (the count in force now): what `relay status` counts as pending besides the drawn.
+_UNDRAWN = """
+CREATE VIEW outbox_undrawn AS
+SELECT o.id, CASE WHEN o.key IS NULL THEN (o.id % s.partitions)::integer
+                  ELSE outbox_partition_of(o.key, s.partitions) END AS partition,
+       o.topic, o.key, o.created_at
+FROM outbox o CROSS JOIN outbox_draws d CROSS JOIN outbox_settings s
+WHERE o.id > d.cursor AND o.seq IS NULL AND o.partition IS NULL
+  AND (d.seen IS NULL OR NOT pg_visible_in_snapshot(o.txid, d.seen))
+"""
+
+_GUARD = f"""
+CREATE OR REPLACE FUNCTION outbox_partition_count_guard() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  pending bigint;
+BEGIN
+  IF NEW.partitions = OLD.partitions THEN
+    RETURN NEW;
+  END IF;
+  -- Waits for a draw in progress, then draws what has committed with the old count; no
+  -- other draw starts before this transaction ends, and the next one partitions with the
+  -- new count.
+  PERFORM pg_advisory_xact_lock({DRAW_LOCK_CLASS}, 0);
+  PERFORM outbox_draw();
+  SELECT count(*) INTO pending
+  FROM outbox_positions o
+  LEFT JOIN outbox_published_floor f ON f.partition = o.partition
+  WHERE o.position > coalesce(f.position, 0);
+  IF pending > 0 AND NEW.partitions < OLD.partitions THEN
+    RAISE EXCEPTION
+      'cannot lower the relay partition count from % to % while % outbox rows are '
+      'not published yet', OLD.partitions, NEW.partitions, pending
+      USING ERRCODE = 'object_not_in_prerequisite_state',
+            HINT = 'publish them first (relay run --once), with writers paused';
+  END IF;
+  IF pending > 0 AND OLD.barrier IS NOT NULL AND outbox_unpublished_up_to(OLD.barrier) THEN
+    RAISE EXCEPTION
+      'cannot change the relay partition count from % to % before the rows of the last '
+      'change (up to position %) are published', OLD.partitions, NEW.partitions, OLD.barrier
+      USING ERRCODE = 'object_not_in_prerequisite_state',
+            HINT = 'let the relay publish them, then try again';
+  END IF;
+  NEW.barrier := CASE WHEN pending > 0 THEN (SELECT drawn FROM outbox_draws) END;
+  RETURN NEW;
+END
+$$
+"""
+
+# The markers of transactions sequenced before this revision: each position's row id in
+# ``ids`` (NULL where the row is gone: published, dead-lettered).
+_MARKER_IDS = """
+UPDATE outbox_commits m SET ids = ARRAY(
+  SELECT o.id FROM generate_series(m.first_seq, m.last_seq) s(pos)
+  LEFT JOIN outbox o ON o.id BETWEEN m.first_id AND m.last_id AND o.txid = m.txid
+    AND o.partition = m.partition AND m.base + o.ordinal = s.pos
+  ORDER BY s.pos)
+"""
+
+_GRANTS = """
+DO $$
+BEGIN
+  IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'outbox_relay') THEN
+    GRANT SELECT ON outbox_draws, outbox_undrawn TO outbox_relay;
+    GRANT EXECUTE ON FUNCTION outbox_draw() TO outbox_relay;
+    GRANT EXECUTE ON FUNCTION outbox_committed_tops(integer[]) TO outbox_relay;
+  END IF;
+END
+$$
+"""
+
+
+def _earlier(filename: str) -> ModuleType:
+    return load_sibling(__file__, filename)
+
+
+def _or_replace(definition: str) -> str:
+    return definition.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+
+
+def upgrade() -> None:
+    op.execute(_NEEDS_COMMIT_TIMESTAMPS)
+    # Writers in flight finish first: every committed row has its marker.
+    op.execute("LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE")
+    op.execute("DROP TRIGGER outbox_sequence_at_commit ON outbox")
+    op.execute("DROP TRIGGER outbox_capture_row ON outbox")
+    op.execute("DROP FUNCTION outbox_sequence_at_commit()")
+    op.execute("DROP FUNCTION outbox_capture_row()")
+    op.execute("DROP FUNCTION outbox_capture_row_trigger(integer)")
+    op.execute("ALTER TABLE outbox ALTER COLUMN partition DROP NOT NULL")
+    op.execute("ALTER TABLE outbox ALTER COLUMN txid SET DEFAULT pg_current_xact_id()")
+    op.execute(
+        "ALTER TABLE outbox ADD CONSTRAINT outbox_written_plainly CHECK ("
+        "txid = pg_current_xact_id() AND partition IS NULL AND ordinal IS NULL "
+        "AND seq IS NULL) NOT VALID"
+    )
+    op.execute("ALTER TABLE outbox_commits ADD COLUMN ids bigint[]")
+    op.execute(_MARKER_IDS)
+    op.execute("ALTER TABLE outbox_commits ALTER COLUMN ids SET NOT NULL")
+    op.execute(_DRAWS)
+    op.execute(
+        "INSERT INTO outbox_draws (drawn, cursor) SELECT "
+        "(SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM outbox_seq), "
+        "(SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM outbox_id_seq)"
+    )
+    op.execute(_DRAW)
+    op.execute(_COMMITTED_TOPS)
+    op.execute("DROP VIEW outbox_positions")
+    op.execute(_POSITIONS)
+    op.execute(_UNDRAWN)
+    op.execute(_UNPUBLISHED_UP_TO)
+    op.execute(_CLEAR_BARRIER)
+    op.execute(_HORIZON)
+    op.execute(_HORIZON_AS_OF)
+    op.execute(_GUARD)
+    op.execute(_earlier("0007_commit_markers.py")._GRANTS)
+    op.execute(_GRANTS)
+
+
+def downgrade() -> None:
+    markers = _earlier("0007_commit_markers.py")
+    live_count = _earlier("0009_live_partition_count.py")
+    freshness = _earlier("0010_mirror_freshness.py")
+    serializable = _earlier("0014_serializable_capture.py")
+    draws = _earlier("0015_contiguous_draws.py")
+    single = _earlier("0016_shared_single_draws.py")
+    op.execute("LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE")
+    # No writer in flight, and no other draw: every committed row is drawn.
+    op.execute(f"SELECT pg_advisory_xact_lock({DRAW_LOCK_CLASS}, 0)")
+    op.execute("SELECT outbox_draw()")
+    op.execute("ALTER TABLE outbox DROP CONSTRAINT outbox_written_plainly")
+    # Each drawn row gets its partition and ordinal: base + ordinal is its position.
+    op.execute(
+        """
+        UPDATE outbox_commits m SET base = m.first_seq,
+          first_id = coalesce((SELECT min(u) FROM unnest(m.ids) u), m.first_id),
+          last_id = coalesce((SELECT max(u) FROM unnest(m.ids) u), m.last_id)
+        """
+    )
+    op.execute(
+        """
+        UPDATE outbox o SET partition = m.partition, ordinal = u.k - 1
+        FROM outbox_commits m CROSS JOIN LATERAL unnest(m.ids) WITH ORDINALITY u(id, k)
+        WHERE o.id = u.id
+        """
+    )
+    op.execute("SELECT setval('outbox_seq', drawn) FROM outbox_draws WHERE drawn > 0")
+    op.execute("DROP VIEW outbox_positions")
+    op.execute(markers._POSITIONS)
+    op.execute(_or_replace(live_count._UNPUBLISHED_UP_TO))
+    op.execute(live_count._HORIZON)
+    op.execute("DROP FUNCTION outbox_clear_barrier(bigint)")
+    op.execute(_or_replace(freshness._HORIZON_AS_OF))
+    op.execute("DROP VIEW outbox_undrawn")
+    op.execute("DROP FUNCTION outbox_committed_tops(integer[])")
+    op.execute("DROP FUNCTION outbox_draw()")
+    op.execute("DROP TABLE outbox_draws")
+    op.execute("ALTER TABLE outbox_commits DROP COLUMN ids")
+    op.execute("ALTER TABLE outbox ALTER COLUMN txid DROP DEFAULT")
+    op.execute("ALTER TABLE outbox ALTER COLUMN partition SET NOT NULL")
+    op.execute(serializable._CAPTURE_ROW)
+    op.execute(markers._CAPTURE_ROW_TRIGGER)
+    op.execute(single._sequence_at_commit(draws))
+    op.execute(
+        """
+        CREATE CONSTRAINT TRIGGER outbox_sequence_at_commit AFTER INSERT ON outbox
+        DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+        WHEN (split_part(current_setting('outbox.pending', true), ':', 2) = NEW.id::text)
+        EXECUTE FUNCTION outbox_sequence_at_commit()
+        """
+    )
+    op.execute("SELECT outbox_capture_row_trigger(partitions) FROM outbox_settings")
+    op.execute(live_count._GUARD)
+    op.execute(markers._GRANTS)
