@@ -3,8 +3,9 @@
 pgbench runs three scripts (bench/pgbench/) at each client count, one after another,
 each from empty tables: (a) the business row alone, (b) the business row plus a row in a
 trigger-less outbox table of the same shape, (c) the business row plus the INSERT into
-our outbox that ``relay.publish`` issues (its partition trigger and commit-time
-sequencing included). Ratio = tps (c) / tps (b). Measured on the durable cluster
+our outbox that ``relay.publish`` issues, while a drawer draws the positions of what
+commits as `relay run`'s commit watch does (``outbox_draw`` every 10 ms, on a connection
+of its own). Ratio = tps (c) / tps (b). Measured on the durable cluster
 (fsync on) and on the development server (fsync off), and with every event on one hot
 key (durable cluster).
 """
@@ -15,6 +16,8 @@ import contextlib
 import os
 import re
 import subprocess
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +30,7 @@ from .common import (
     Outcome,
     Row,
     autocommit,
+    engine,
     execute,
     log,
     scratch_database,
@@ -41,6 +45,7 @@ _LATENCY = re.compile(r"latency average = ([0-9.]+) ms")
 
 
 _RESTARTED = ("backend died", "terminating connection", "connection to server")
+DRAW_INTERVAL_S = 0.01  # as relay run's commit watch (RELAY_COMMIT_WATCH_S)
 
 
 class ServerRestartedError(RuntimeError):
@@ -83,17 +88,59 @@ def pgbench(url: str, script: str, clients: int, seconds: int, spread: int) -> d
 
 
 def _reset(url: str) -> None:
-    autocommit(url, "TRUNCATE bench_orders, plain_outbox, outbox", "VACUUM ANALYZE")
+    autocommit(
+        url,
+        "TRUNCATE bench_orders, plain_outbox, outbox, outbox_commits",
+        "UPDATE outbox_draws SET cursor = 0, seen = NULL, check_top = NULL, check_vxids = NULL",
+        "VACUUM ANALYZE",
+    )
     with contextlib.suppress(sa.exc.DBAPIError):  # where the role may (pg_checkpoint)
         autocommit(url, "CHECKPOINT")
 
 
+@contextlib.contextmanager
+def drawing(url: str) -> Iterator[list[int]]:
+    """Draws of the outbox's positions every :data:`DRAW_INTERVAL_S` in a thread, as
+    `relay run` makes them, until the block ends; the list holds how many were made."""
+    stop = threading.Event()
+    made: list[int] = [0]
+    failed: list[BaseException] = []
+
+    def draw() -> None:
+        eng = engine(url, isolation_level="AUTOCOMMIT")
+        try:
+            with eng.connect() as conn:
+                while not stop.wait(DRAW_INTERVAL_S):
+                    conn.execute(sa.text("SELECT outbox_draw()"))
+                    made[0] += 1
+        except BaseException as exc:
+            failed.append(exc)
+        finally:
+            eng.dispose()
+
+    thread = threading.Thread(target=draw, name="drawer", daemon=True)
+    thread.start()
+    try:
+        yield made
+    finally:
+        stop.set()
+        thread.join(30)
+    if failed:
+        raise failed[0]
+
+
 def _window(url: str, script: str, clients: int, seconds: int, spread: int) -> dict[str, float]:
-    """One pgbench window from empty tables, again (up to twice) if the server restarted."""
+    """One pgbench window from empty tables, again (up to twice) if the server restarted;
+    our outbox's with a drawer beside it."""
     for attempt in range(3):
         try:
             _reset(url)
-            return pgbench(url, script, clients, seconds, spread)
+            if script != KINDS["outbox"]:
+                return pgbench(url, script, clients, seconds, spread)
+            with drawing(url) as draws:
+                figures = pgbench(url, script, clients, seconds, spread)
+            undrawn = execute(url, "SELECT count(*) FROM outbox_undrawn")[0][0]
+            return {**figures, "draws": float(draws[0]), "undrawn_after": float(undrawn)}  # type: ignore[arg-type]
         except (ServerRestartedError, sa.exc.OperationalError) as exc:
             if attempt == 2:
                 raise

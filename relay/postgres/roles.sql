@@ -1,9 +1,10 @@
 -- Least-privilege roles for the relay's users. `relay db roles` runs this file; a DBA may
 -- run it by hand instead (psql -v ON_ERROR_STOP=1 -f roles.sql). Idempotent.
 --
---   outbox_writer  services: INSERT into outbox, nothing else (the outbox triggers run
---                  with the schema owner's rights)
+--   outbox_writer  services: INSERT into outbox, nothing else (no function runs in a
+--                  writer's transaction)
 --   outbox_relay   `relay run` and jobs/outbox_relay.py: read and clean up the outbox,
+--                  draw its positions (outbox_draw, with the schema owner's rights),
 --                  dead-letter refused rows, check the schema revision, read the
 --                  database's identity and keep the published floor; `relay dead-letters`
 --                  (list, replay, discard: replaying also needs outbox_writer's INSERT)
@@ -33,7 +34,9 @@ $$;
 GRANT INSERT ON outbox TO outbox_writer;
 
 GRANT SELECT, DELETE ON outbox, outbox_commits TO outbox_relay;
-GRANT SELECT ON outbox_positions TO outbox_relay;
+GRANT SELECT ON outbox_positions, outbox_undrawn, outbox_draws TO outbox_relay;
+GRANT EXECUTE ON FUNCTION outbox_draw() TO outbox_relay;
+GRANT EXECUTE ON FUNCTION outbox_committed_tops(integer[]) TO outbox_relay;
 GRANT EXECUTE ON FUNCTION outbox_horizon(integer) TO outbox_relay;
 GRANT EXECUTE ON FUNCTION outbox_horizon_as_of(integer) TO outbox_relay;
 GRANT SELECT ON outbox_settings, relay_alembic_version, relay_schema_compat TO outbox_relay;

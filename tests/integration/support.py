@@ -80,6 +80,14 @@ def run_sql(database_url: str, statement: str, **params: object) -> list[tuple[o
         engine.dispose()
 
 
+# The ids of relay partition :p's rows in the outbox: drawn (outbox_positions) or not yet
+# (outbox_undrawn, the partition the next draw gives them).
+PARTITION_ROWS = (
+    "SELECT id FROM outbox_positions WHERE partition = :p "
+    "UNION ALL SELECT id FROM outbox_undrawn WHERE partition = :p"
+)
+
+
 def draw(database_url: str) -> int:
     """Draw the positions of what has committed (as the relay does before it reads:
     ``outbox_draw``, 0017_relay_drawn_positions), so that ``outbox_positions`` and

@@ -25,6 +25,7 @@ from relay import devenv
 from relay.devenv.private import start_broker
 from tests.integration.conftest import RELAY_PARTITIONS
 from tests.integration.support import (
+    PARTITION_ROWS,
     RelayTestEnv,
     assert_exactly_once_in_order,
     migrate,
@@ -96,7 +97,7 @@ def test_a_zombie_back_after_its_transactional_id_expired_reads_the_position_aga
     admin = AdminClient({"bootstrap.servers": expiring_broker})
     admin.create_topics([NewTopic(topic, 3, replication_factor=1)])[topic].result(30)
     write_events(database_url, topic, 400)
-    ids = {int(i) for (i,) in env.sql("SELECT id FROM outbox WHERE partition = 0")}
+    ids = {int(i) for (i,) in env.sql(PARTITION_ROWS, p=0)}
 
     held, log = tmp_path / "held", tmp_path / "zombie.log"
     zombie = start_relay(
@@ -119,10 +120,10 @@ def test_a_zombie_back_after_its_transactional_id_expired_reads_the_position_aga
             "the broker to expire the transactional id",
         )
         new = write_events(database_url, topic, 40)
-        ids |= {int(i) for (i,) in env.sql("SELECT id FROM outbox WHERE partition = 0")} & new
+        ids |= {int(i) for (i,) in env.sql(PARTITION_ROWS, p=0)} & new
         Path(f"{held}.release").touch()
         wait_until(
-            lambda: env.sql("SELECT count(*) FROM outbox WHERE partition = 0") == [(0,)],
+            lambda: not env.sql(PARTITION_ROWS, p=0),
             60,
             "the zombie to publish the new rows and clean up",
             explain=log.read_text,

@@ -15,6 +15,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 
 from tests.integration.support import (
+    PARTITION_ROWS,
     RelayTestEnv,
     assert_exactly_once_in_order,
     read_committed,
@@ -56,7 +57,7 @@ def test_a_transaction_the_broker_aborted_for_its_age_is_retried_smaller(
     relay_env: RelayTestEnv, topic: str, tmp_path: Path
 ) -> None:
     write_events(relay_env.database_url, topic, 300)
-    ids = {int(i) for (i,) in relay_env.sql("SELECT id FROM outbox WHERE partition = 0")}
+    ids = {int(i) for (i,) in relay_env.sql(PARTITION_ROWS, p=0)}
     held = tmp_path / "held"
     log = tmp_path / "relay.log"
     relay = start_relay(
