@@ -17,8 +17,9 @@ one WAL flush at a time. Now a writer only inserts rows (I2, docs/invariants.md)
   one at a time, each after the one before has committed), draws positions for the transactions that
   have become visible since its last draw (``outbox_draws.seen``, that draw's snapshot),
   in the order of their commit timestamps (``track_commit_timestamp``, which this
-  revision needs), and inserts one marker per transaction and relay partition, whose
-  ``ids`` list the partition's rows in position order (``first_seq`` for the first). A
+  revision needs), and inserts one marker per relay partition, whose ``ids`` list the
+  partition's rows in position order (``first_seq`` for the first) and ``times`` their
+  transactions' commit times. A
   transaction visible at one draw is drawn before one visible only at a later draw;
   within a draw, the earlier commit timestamp goes first. So a transaction whose commit
   was visible before another's began (the second waited for a row lock the first held,
@@ -136,18 +137,19 @@ BEGIN
            pg_xact_commit_timestamp((f.txid::text::bigint % 4294967296)::text::xid) AS ts
     FROM fresh f GROUP BY f.txid
   ), marks AS (
-    SELECT f.p, f.txid, x.ts, array_agg(f.id ORDER BY f.id) AS ids
+    SELECT f.p, array_agg(f.id ORDER BY x.ts NULLS FIRST, f.txid, f.id) AS ids,
+           array_agg(x.ts ORDER BY x.ts NULLS FIRST, f.txid, f.id) AS times,
+           min(f.id) AS lo, max(f.id) AS hi, max(x.ts) AS latest
     FROM fresh f JOIN txns x ON x.txid = f.txid
-    GROUP BY f.p, f.txid, x.ts
+    GROUP BY f.p
   ), placed AS (
-    SELECT m.*, d.drawn + sum(cardinality(m.ids)) OVER (ORDER BY m.ts NULLS FIRST, m.txid, m.p)
-             AS last
+    SELECT m.*, d.drawn + sum(cardinality(m.ids)) OVER (ORDER BY m.p) AS last
     FROM marks m
   ), added AS (
-    INSERT INTO outbox_commits
-      (partition, first_seq, last_seq, base, txid, first_id, last_id, committed_at, ids)
-    SELECT p, last - cardinality(ids) + 1, last, last - cardinality(ids) + 1, txid, ids[1],
-           ids[cardinality(ids)], ts, ids
+    INSERT INTO outbox_commits (partition, first_seq, last_seq, base, txid, first_id, last_id,
+                                committed_at, ids, times)
+    SELECT p, last - cardinality(ids) + 1, last, last - cardinality(ids) + 1,
+           pg_current_xact_id(), lo, hi, latest, ids, times
     FROM placed
     RETURNING last_seq, last_seq - first_seq + 1 AS rows_drawn
   )
@@ -397,7 +399,7 @@ def upgrade() -> None:
         "txid = pg_current_xact_id() AND partition IS NULL AND ordinal IS NULL "
         "AND seq IS NULL) NOT VALID"
     )
-    op.execute("ALTER TABLE outbox_commits ADD COLUMN ids bigint[]")
+    op.execute("ALTER TABLE outbox_commits ADD COLUMN ids bigint[], ADD COLUMN times timestamptz[]")
     op.execute(_MARKER_IDS)
     op.execute("ALTER TABLE outbox_commits ALTER COLUMN ids SET NOT NULL")
     op.execute(_DRAWS)
@@ -432,19 +434,31 @@ def downgrade() -> None:
     op.execute(f"SELECT pg_advisory_xact_lock({DRAW_LOCK_CLASS}, 0)")
     op.execute("SELECT outbox_draw()")
     op.execute("ALTER TABLE outbox DROP CONSTRAINT outbox_written_plainly")
-    # Each drawn row gets its partition and ordinal: base + ordinal is its position.
+    # One marker per row waiting, as 0016 reads them: the row's own transaction id, its
+    # partition, and ordinal 0 at base = its position.
     op.execute(
         """
-        UPDATE outbox_commits m SET base = m.first_seq,
-          first_id = coalesce((SELECT min(u) FROM unnest(m.ids) u), m.first_id),
-          last_id = coalesce((SELECT max(u) FROM unnest(m.ids) u), m.last_id)
+        CREATE TEMPORARY TABLE drawn_rows ON COMMIT DROP AS
+        SELECT m.partition, m.first_seq + u.k - 1 AS position, u.id,
+               coalesce(u.at, m.committed_at) AS committed_at
+        FROM outbox_commits m CROSS JOIN LATERAL unnest(m.ids, m.times) WITH ORDINALITY u(id, at, k)
+        WHERE u.id IS NOT NULL
+        """
+    )
+    op.execute("DELETE FROM outbox_commits")
+    op.execute(
+        """
+        INSERT INTO outbox_commits
+          (partition, first_seq, last_seq, base, txid, first_id, last_id, committed_at, ids)
+        SELECT r.partition, r.position, r.position, r.position, o.txid, o.id, o.id,
+               r.committed_at, ARRAY[o.id]
+        FROM drawn_rows r JOIN outbox o ON o.id = r.id
         """
     )
     op.execute(
         """
-        UPDATE outbox o SET partition = m.partition, ordinal = u.k - 1
-        FROM outbox_commits m CROSS JOIN LATERAL unnest(m.ids) WITH ORDINALITY u(id, k)
-        WHERE o.id = u.id
+        UPDATE outbox o SET partition = r.partition, ordinal = 0
+        FROM drawn_rows r WHERE o.id = r.id
         """
     )
     op.execute("SELECT setval('outbox_seq', drawn) FROM outbox_draws WHERE drawn > 0")
@@ -458,7 +472,7 @@ def downgrade() -> None:
     op.execute("DROP FUNCTION outbox_committed_tops(integer[])")
     op.execute("DROP FUNCTION outbox_draw()")
     op.execute("DROP TABLE outbox_draws")
-    op.execute("ALTER TABLE outbox_commits DROP COLUMN ids")
+    op.execute("ALTER TABLE outbox_commits DROP COLUMN ids, DROP COLUMN times")
     op.execute("ALTER TABLE outbox ALTER COLUMN txid DROP DEFAULT")
     op.execute("ALTER TABLE outbox ALTER COLUMN partition SET NOT NULL")
     op.execute(serializable._CAPTURE_ROW)

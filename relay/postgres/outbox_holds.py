@@ -23,7 +23,7 @@ DEAD_LETTER = text(
       SELECT o.id, coalesce(o.seq, (
                SELECT m.first_seq + array_position(m.ids, o.id) - 1 FROM outbox_commits m
                WHERE m.partition = :partition AND o.id BETWEEN m.first_id AND m.last_id
-                 AND m.txid = o.txid AND o.id = ANY(m.ids))) AS seq
+                 AND o.id = ANY(m.ids))) AS seq
       FROM outbox o
       WHERE o.id = ANY(:ids) AND (o.partition IS NULL OR o.partition = :partition)
     ), moved AS (

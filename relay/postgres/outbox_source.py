@@ -18,18 +18,19 @@ from relay.publishing.events import decode_headers_json
 from relay.publishing.types import Headers, OutboxIdentity, OutboxRecord, Settled
 
 # Committed rows of a relay partition in position order (I2, docs/invariants.md): a
-# marker of outbox_commits lists its rows' ids in position order from first_seq. The
+# marker of outbox_commits lists its rows' ids in position order from first_seq, and their
+# transactions' commit times (none in markers drawn before 0017: the marker's). The
 # markers read are those whose positions before them number fewer than ``limit`` (in
 # position order, from the pkey), so a fetch reads the transactions it returns rows of,
-# whatever the plan, not the backlog. A marker none of whose rows are left in range
-# (published, dead-lettered) yields one row of NULLs with its last position, so that the
-# reader moves past it.
+# whatever the plan, not the backlog. Each row ends with the position it reaches: its own;
+# a marker none of whose rows are left in range (published, dead-lettered) yields one row
+# of NULLs with its last position, so that the reader moves past it.
 _FETCH = DriverStatement(
     """
     WITH markers AS (
       SELECT c.*, sum(c.positions) OVER (ORDER BY c.last_seq) - c.positions AS before
       FROM (
-        SELECT ids, first_seq, last_seq, committed_at,
+        SELECT ids, times, first_seq, last_seq, committed_at,
                greatest(first_seq, :after + 1) AS start,
                least(last_seq, :up_to) - greatest(first_seq, :after + 1) + 1 AS positions
         FROM outbox_commits
@@ -40,12 +41,14 @@ _FETCH = DriverStatement(
     )
     SELECT o.id, m.start + o.k - 1, o.topic, o.key, o.value, o.event_type, o.headers::text,
            (extract(epoch FROM o.created_at) * 1000)::int8,
-           (extract(epoch FROM m.committed_at) * 1000)::int8, least(m.last_seq, :up_to)
+           (extract(epoch FROM coalesce(o.at, m.committed_at)) * 1000)::int8,
+           CASE WHEN o.id IS NULL THEN least(m.last_seq, :up_to) ELSE m.start + o.k - 1 END
     FROM markers m
     LEFT JOIN LATERAL (
-      SELECT u.k, o.id, o.topic, o.key, o.value, o.event_type, o.headers, o.created_at
-      FROM unnest(m.ids[m.start - m.first_seq + 1 : m.start - m.first_seq + m.positions])
-           WITH ORDINALITY u(id, k)
+      SELECT u.k, u.at, o.id, o.topic, o.key, o.value, o.event_type, o.headers, o.created_at
+      FROM unnest(m.ids[m.start - m.first_seq + 1 : m.start - m.first_seq + m.positions],
+                  m.times[m.start - m.first_seq + 1 : m.start - m.first_seq + m.positions])
+           WITH ORDINALITY u(id, at, k)
       JOIN outbox o ON o.id = u.id
       ORDER BY u.k
       LIMIT :limit
