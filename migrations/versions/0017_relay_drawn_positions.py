@@ -17,7 +17,8 @@ one WAL flush at a time. Now a writer only inserts rows (I2, docs/invariants.md)
   one at a time, each after the one before has committed), draws positions for the transactions that
   have become visible since its last draw (``outbox_draws.seen``, that draw's snapshot),
   in the order of their commit timestamps (``track_commit_timestamp``, which this
-  revision needs), and inserts one marker per relay partition, whose ``ids`` list the
+  revision needs), and inserts one marker per relay partition (per 10,000 rows), whose
+  ``ids`` list the
   partition's rows in position order (``first_seq`` for the first) and ``times`` their
   transactions' commit times. A
   transaction visible at one draw is drawn before one visible only at a later draw;
@@ -59,6 +60,10 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 DRAW_LOCK_CLASS = 0x0B0E  # one draw at a time; a partition count change waits for it
+MARKER_ROWS = 10_000  # at most, per marker: a fetch reads a slice of one marker's ids
+# At most one check per interval (each reads pg_locks twice, which takes every lock
+# partition's lock for an instant): the cursor trails the ids issued by about as much.
+CHECK_INTERVAL_MS = 50
 
 _NEEDS_COMMIT_TIMESTAMPS = """
 DO $$
@@ -83,6 +88,7 @@ CREATE TABLE outbox_draws (
   as_of timestamptz,
   check_top bigint,
   check_vxids text[],
+  checked_at timestamptz,
   drawn_at timestamptz
 )
 """
@@ -100,6 +106,7 @@ DECLARE
   cleared boolean;
   snap pg_snapshot;
   found_rows bigint;
+  checks_moved boolean := false;
 BEGIN
   IF current_setting('transaction_isolation') <> 'read committed' THEN
     RAISE EXCEPTION 'outbox_draw() runs in READ COMMITTED only (each of its statements '
@@ -128,22 +135,23 @@ BEGIN
   WITH fresh AS MATERIALIZED (
     SELECT o.id, o.txid,
            CASE WHEN o.key IS NULL THEN (o.id % n)::integer
-                ELSE outbox_partition_of(o.key, n) END AS p
+                ELSE outbox_partition_of(o.key, n) END AS p,
+           pg_xact_commit_timestamp((o.txid::text::bigint % 4294967296)::text::xid) AS ts
     FROM outbox o
     WHERE o.id > d.cursor AND o.seq IS NULL AND o.partition IS NULL
       AND (d.seen IS NULL OR NOT pg_visible_in_snapshot(o.txid, d.seen))
-  ), txns AS (
-    SELECT f.txid,
-           pg_xact_commit_timestamp((f.txid::text::bigint % 4294967296)::text::xid) AS ts
-    FROM fresh f GROUP BY f.txid
+  ), ordered AS (
+    SELECT f.p, f.id, f.ts,
+           row_number() OVER (PARTITION BY f.p ORDER BY f.ts NULLS FIRST, f.txid, f.id) AS rn
+    FROM fresh f
   ), marks AS (
-    SELECT f.p, array_agg(f.id ORDER BY x.ts NULLS FIRST, f.txid, f.id) AS ids,
-           array_agg(x.ts ORDER BY x.ts NULLS FIRST, f.txid, f.id) AS times,
-           min(f.id) AS lo, max(f.id) AS hi, max(x.ts) AS latest
-    FROM fresh f JOIN txns x ON x.txid = f.txid
-    GROUP BY f.p
+    SELECT o.p, (o.rn - 1) / {MARKER_ROWS} AS chunk, array_agg(o.id ORDER BY o.rn) AS ids,
+           array_agg(o.ts ORDER BY o.rn) AS times, min(o.id) AS lo, max(o.id) AS hi,
+           max(o.ts) AS latest
+    FROM ordered o
+    GROUP BY o.p, (o.rn - 1) / {MARKER_ROWS}
   ), placed AS (
-    SELECT m.*, d.drawn + sum(cardinality(m.ids)) OVER (ORDER BY m.p) AS last
+    SELECT m.*, d.drawn + sum(cardinality(m.ids)) OVER (ORDER BY m.p, m.chunk) AS last
     FROM marks m
   ), added AS (
     INSERT INTO outbox_commits (partition, first_seq, last_seq, base, txid, first_id, last_id,
@@ -165,21 +173,25 @@ BEGIN
     -- Every row up to check_top was visible to the draw above, or rolled back.
     d.cursor := greatest(d.cursor, d.check_top);
     d.check_vxids := NULL;
+    checks_moved := true;
   END IF;
-  IF d.check_vxids IS NULL AND top > d.cursor THEN
+  IF d.check_vxids IS NULL AND top > d.cursor
+     AND (d.checked_at IS NULL OR t >= d.checked_at + interval '{CHECK_INTERVAL_MS} ms') THEN
     -- A new check: the ids issued so far, then who may still hold one of them unseen.
     d.check_top := top;
+    d.checked_at := t;
+    checks_moved := true;
     d.check_vxids := ARRAY(
       SELECT DISTINCT l.virtualtransaction FROM pg_locks l
       WHERE l.locktype = 'relation' AND l.relation = 'outbox'::regclass
         AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
         AND l.mode = 'RowExclusiveLock' AND l.granted);
   END IF;
-  IF found_rows > 0 OR d.cursor IS DISTINCT FROM (SELECT s.cursor FROM outbox_draws s)
-     OR d.check_top IS DISTINCT FROM (SELECT s.check_top FROM outbox_draws s) THEN
+  IF found_rows > 0 OR checks_moved THEN
     UPDATE outbox_draws SET drawn = outbox_draw.drawn, cursor = d.cursor,
       seen = CASE WHEN found_rows > 0 THEN snap ELSE outbox_draws.seen END,
       as_of = t, check_top = d.check_top, check_vxids = d.check_vxids,
+      checked_at = d.checked_at,
       drawn_at = CASE WHEN found_rows > 0 THEN now() ELSE outbox_draws.drawn_at END;
   END IF;
 END
