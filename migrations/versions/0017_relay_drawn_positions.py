@@ -193,6 +193,10 @@ BEGIN
       as_of = t, check_top = d.check_top, check_vxids = d.check_vxids,
       checked_at = d.checked_at,
       drawn_at = CASE WHEN found_rows > 0 THEN now() ELSE outbox_draws.drawn_at END;
+  ELSE
+    -- Nothing placed, but every commit visible at t is: what a reader that does not draw
+    -- vouches for (outbox_drawn_horizon_as_of) moves on.
+    UPDATE outbox_draws SET as_of = t;
   END IF;
 END
 $$
@@ -228,47 +232,40 @@ END
 $$
 """
 
-_HORIZON = """
-CREATE OR REPLACE FUNCTION outbox_horizon(p integer) RETURNS bigint
-LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+# The settled position given the highest one drawn: it, or a count change's barrier while
+# rows of the old count wait.
+_SETTLED = """
+CREATE FUNCTION outbox_settled(drawn bigint) RETURNS bigint
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
-  settled bigint;
-  held bigint;
+  held bigint := (SELECT barrier FROM outbox_settings);
 BEGIN
-  -- Draws first: call it in a transaction of its own, which commits the draw.
-  settled := (SELECT d.drawn FROM outbox_draw() d);
-  held := (SELECT barrier FROM outbox_settings);
-  IF held IS NOT NULL AND settled > held THEN
+  IF held IS NOT NULL AND drawn > held THEN
     IF outbox_unpublished_up_to(held) THEN
       RETURN held;  -- rows of the old count first
     END IF;
     PERFORM outbox_clear_barrier(held);
   END IF;
-  RETURN settled;
+  RETURN drawn;
 END
 $$
 """
 
-_HORIZON_AS_OF = """
-CREATE OR REPLACE FUNCTION outbox_horizon_as_of(
-  p integer, OUT horizon bigint, OUT top bigint, OUT as_of timestamptz, OUT partitions integer
+# With the settled position, what it vouches for (heartbeats): the partition's highest
+# position at or below it, the time as of which every commit visible then is at or below
+# it (NULL while held at a barrier: commits above it are not published yet), and the
+# relay partition count.
+_VOUCHED = """
+CREATE FUNCTION outbox_vouched(
+  p integer, drawn bigint, drawn_as_of timestamptz,
+  OUT horizon bigint, OUT top bigint, OUT as_of timestamptz, OUT partitions integer
 )
-LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
-DECLARE
-  held bigint;
-  drawn bigint;
-  drawn_as_of timestamptz;
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
-  -- Draws first: call it in a transaction of its own, which commits the draw.
-  SELECT d.drawn, d.as_of INTO drawn, drawn_as_of FROM outbox_draw() d;
-  horizon := drawn;
-  SELECT s.barrier, s.partitions INTO held, partitions FROM outbox_settings s;
-  IF held IS NOT NULL AND drawn > held THEN
-    IF outbox_unpublished_up_to(held) THEN
-      horizon := held;
-      RETURN;  -- held at a count change's barrier: commits above it are not published yet
-    END IF;
-    PERFORM outbox_clear_barrier(held);
+  horizon := outbox_settled(drawn);
+  partitions := (SELECT s.partitions FROM outbox_settings s);
+  IF horizon < drawn THEN
+    RETURN;
   END IF;
   top := greatest(
     (SELECT max(m.last_seq) FROM outbox_commits m WHERE m.partition = p AND m.last_seq <= horizon),
@@ -276,6 +273,51 @@ BEGIN
      WHERE o.partition = p AND o.seq IS NOT NULL AND o.seq <= horizon),
     0);
   as_of := drawn_as_of;
+END
+$$
+"""
+
+# Draw first (`relay run --once`, the Spark job, the CLI): call them in a transaction of
+# their own, which commits the draw.
+_HORIZON = """
+CREATE OR REPLACE FUNCTION outbox_horizon(p integer) RETURNS bigint
+LANGUAGE sql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+  SELECT outbox_settled(d.drawn) FROM outbox_draw() d
+$$
+"""
+
+_HORIZON_AS_OF = """
+CREATE OR REPLACE FUNCTION outbox_horizon_as_of(
+  p integer, OUT horizon bigint, OUT top bigint, OUT as_of timestamptz, OUT partitions integer
+)
+LANGUAGE sql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+  SELECT v.* FROM outbox_draw() d, outbox_vouched(p, d.drawn, d.as_of) v
+$$
+"""
+
+# Without a draw, from what committed draws placed (`relay run`, whose commit watch draws
+# every 10 ms). With no row above the draws' cursor, every commit visible now is drawn.
+_DRAWN_HORIZON = """
+CREATE FUNCTION outbox_drawn_horizon(p integer) RETURNS bigint
+LANGUAGE sql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+  SELECT outbox_settled(d.drawn) FROM outbox_draws d
+$$
+"""
+
+_DRAWN_HORIZON_AS_OF = """
+CREATE FUNCTION outbox_drawn_horizon_as_of(
+  p integer, OUT horizon bigint, OUT top bigint, OUT as_of timestamptz, OUT partitions integer
+)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+  t timestamptz := clock_timestamp();
+  d outbox_draws%ROWTYPE;
+BEGIN
+  SELECT * INTO STRICT d FROM outbox_draws;
+  IF (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM outbox_id_seq) <= d.cursor THEN
+    d.as_of := t;
+  END IF;
+  SELECT * INTO horizon, top, as_of, partitions FROM outbox_vouched(p, d.drawn, d.as_of);
 END
 $$
 """
@@ -381,6 +423,8 @@ BEGIN
     GRANT SELECT ON outbox_draws, outbox_undrawn TO outbox_relay;
     GRANT EXECUTE ON FUNCTION outbox_draw() TO outbox_relay;
     GRANT EXECUTE ON FUNCTION outbox_committed_tops(integer[]) TO outbox_relay;
+    GRANT EXECUTE ON FUNCTION outbox_horizon(integer), outbox_horizon_as_of(integer),
+      outbox_drawn_horizon(integer), outbox_drawn_horizon_as_of(integer) TO outbox_relay;
   END IF;
 END
 $$
@@ -427,8 +471,14 @@ def upgrade() -> None:
     op.execute(_UNDRAWN)
     op.execute(_UNPUBLISHED_UP_TO)
     op.execute(_CLEAR_BARRIER)
+    op.execute(_SETTLED)
+    op.execute(_VOUCHED)
+    op.execute("DROP FUNCTION outbox_horizon(integer)")
     op.execute(_HORIZON)
+    op.execute("DROP FUNCTION outbox_horizon_as_of(integer)")
     op.execute(_HORIZON_AS_OF)
+    op.execute(_DRAWN_HORIZON)
+    op.execute(_DRAWN_HORIZON_AS_OF)
     op.execute(_GUARD)
     op.execute(_earlier("0007_commit_markers.py")._GRANTS)
     op.execute(_GRANTS)
@@ -453,7 +503,8 @@ def downgrade() -> None:
         CREATE TEMPORARY TABLE drawn_rows ON COMMIT DROP AS
         SELECT m.partition, m.first_seq + u.k - 1 AS position, u.id,
                coalesce(u.at, m.committed_at) AS committed_at
-        FROM outbox_commits m CROSS JOIN LATERAL unnest(m.ids, m.times) WITH ORDINALITY u(id, at, k)
+        FROM outbox_commits m
+        CROSS JOIN LATERAL unnest(m.ids, m.times) WITH ORDINALITY u(id, at, k)
         WHERE u.id IS NOT NULL
         """
     )
@@ -477,9 +528,16 @@ def downgrade() -> None:
     op.execute("DROP VIEW outbox_positions")
     op.execute(markers._POSITIONS)
     op.execute(_or_replace(live_count._UNPUBLISHED_UP_TO))
+    op.execute("DROP FUNCTION outbox_drawn_horizon_as_of(integer)")
+    op.execute("DROP FUNCTION outbox_drawn_horizon(integer)")
+    op.execute("DROP FUNCTION outbox_horizon(integer)")
+    op.execute(markers._HORIZON)
     op.execute(live_count._HORIZON)
+    op.execute("DROP FUNCTION outbox_horizon_as_of(integer)")
+    op.execute("DROP FUNCTION outbox_vouched(integer, bigint, timestamptz)")
+    op.execute("DROP FUNCTION outbox_settled(bigint)")
     op.execute("DROP FUNCTION outbox_clear_barrier(bigint)")
-    op.execute(_or_replace(freshness._HORIZON_AS_OF))
+    op.execute(freshness._HORIZON_AS_OF)
     op.execute("DROP VIEW outbox_undrawn")
     op.execute("DROP FUNCTION outbox_committed_tops(integer[])")
     op.execute("DROP FUNCTION outbox_draw()")
@@ -501,3 +559,4 @@ def downgrade() -> None:
     op.execute("SELECT outbox_capture_row_trigger(partitions) FROM outbox_settings")
     op.execute(live_count._GUARD)
     op.execute(markers._GRANTS)
+    op.execute(freshness._GRANTS)

@@ -260,6 +260,7 @@ class ProcessRelay:
             observer=self.metrics,
             transactions=transactions,
             after_fence=after_fence,
+            drawing=once,  # else the commit watch draws
         )
         try:
             if once:

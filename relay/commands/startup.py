@@ -186,10 +186,13 @@ def build_partition_relay(
     observer: RelayObserver | None = None,
     transactions: MemberTransactions | None = None,
     after_fence: Callable[[], None] | None = None,
+    drawing: bool = True,
 ) -> PartitionRelay:
     """``settings`` and ``owner`` as :func:`for_database` returns them; ``transactions``:
     the process's shared transaction (one per process); ``after_fence``: run
-    after each fence (the check of a run of its own, :func:`refuse_beside_members`)."""
+    after each fence (the check of a run of its own, :func:`refuse_beside_members`);
+    ``drawing``: the partition draws the outbox's positions itself before each read (a
+    `--once` run, a Spark task), else `relay run`'s commit watch draws them."""
     publisher: TransactionalPublisher = (
         KafkaTransactionalPublisher(settings, partition, owner)
         if transactions is None
@@ -201,7 +204,7 @@ def build_partition_relay(
         publisher = TracedPublisher(publisher, partition)
     return PartitionRelay(
         partition,
-        PostgresOutboxSource(database, settling=bool(settings.heartbeat_topics)),
+        PostgresOutboxSource(database, settling=bool(settings.heartbeat_topics), drawing=drawing),
         publisher,
         owner=owner,
         batch_size=settings.batch_size,

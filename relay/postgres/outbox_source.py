@@ -122,11 +122,12 @@ log = logging.getLogger(__name__)
 class PostgresOutboxSource:
     """Implements :class:`relay.publishing.ports.OutboxSource` on the ``outbox`` table."""
 
-    def __init__(self, database: Database, *, settling: bool = False) -> None:
+    def __init__(self, database: Database, *, settling: bool = False, drawing: bool = True) -> None:
         """``settling``: learn what each horizon vouches for (:meth:`settled`); without,
-        :meth:`settled` stays None."""
+        :meth:`settled` stays None. ``drawing``: draw the positions of what has committed
+        before each horizon read (see :class:`Horizons`)."""
         self._database = database
-        self._horizons = Horizons(settling=settling)
+        self._horizons = Horizons(settling=settling, drawing=drawing)
         self._without_legacy: set[int] = set()  # partitions with no row of a seq of its own
         self._deleted_up_to: dict[int, int] = {}  # by partition: rows up to it are deleted
 
