@@ -57,6 +57,15 @@ def _headers(
     return headers
 
 
+# A row's relay partition: rows written since 0017_relay_drawn_positions carry none, so the
+# key's, with the count in force, as the relay's draw gives it.
+_PARTITION = (
+    "coalesce(partition, CASE WHEN key IS NULL THEN mod(id, (SELECT partitions FROM "
+    "outbox_settings))::integer ELSE outbox_partition_of(key, (SELECT partitions FROM "
+    "outbox_settings)) END)"
+)
+
+
 def _produce(
     producer: Producer, topic: str, key: bytes | None, value: bytes | None, headers: list[Header]
 ) -> None:
@@ -81,8 +90,8 @@ def raw(url: str, bootstrap: str) -> int:
     with psycopg.connect(libpq_url(url)) as conn, conn.cursor(name="backlog") as cur:
         cur.itersize = BATCH_SIZE
         cur.execute(
-            "SELECT id, partition, coalesce(seq, id), topic, key, value, event_type, headers "
-            "FROM outbox ORDER BY partition, id"
+            f"SELECT id, {_PARTITION} AS p, coalesce(seq, id), topic, key, value, event_type, "
+            "headers FROM outbox ORDER BY p, id"
         )
         in_txn = 0
         for row_id, partition, seq, topic, key, value, event_type, stored in cur:
@@ -114,8 +123,8 @@ def naive(url: str, bootstrap: str) -> int:
         while True:
             with conn.transaction():
                 rows = conn.execute(
-                    "SELECT id, partition, coalesce(seq, id), topic, key, value, event_type, "
-                    "headers FROM outbox ORDER BY id FOR UPDATE SKIP LOCKED LIMIT %s",
+                    f"SELECT id, {_PARTITION}, coalesce(seq, id), topic, key, value, "
+                    "event_type, headers FROM outbox ORDER BY id FOR UPDATE SKIP LOCKED LIMIT %s",
                     (BATCH_SIZE,),
                 ).fetchall()
                 if not rows:

@@ -61,6 +61,7 @@ depends_on: str | Sequence[str] | None = None
 
 DRAW_LOCK_CLASS = 0x0B0E  # one draw at a time; a partition count change waits for it
 MARKER_ROWS = 10_000  # at most, per marker: a fetch reads a slice of one marker's ids
+DRAW_WORK_MEM = "256MB"  # a backlog's draw sorts its rows in memory (a million: ~100 MB)
 # At most one check per interval (each reads pg_locks twice, which takes every lock
 # partition's lock for an instant): the cursor trails the ids issued by about as much.
 CHECK_INTERVAL_MS = 50
@@ -97,7 +98,8 @@ CREATE TABLE outbox_draws (
 # which every commit visible then is at or below it.
 _DRAW = rf"""
 CREATE FUNCTION outbox_draw(OUT drawn bigint, OUT as_of timestamptz)
-LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT
+SET work_mem = '{DRAW_WORK_MEM}' AS $$
 DECLARE
   d outbox_draws%ROWTYPE;
   n integer;
@@ -136,7 +138,7 @@ BEGIN
     SELECT o.id, o.txid,
            CASE WHEN o.key IS NULL THEN (o.id % n)::integer
                 ELSE outbox_partition_of(o.key, n) END AS p,
-           pg_xact_commit_timestamp((o.txid::text::bigint % 4294967296)::text::xid) AS ts
+           pg_xact_commit_timestamp(o.xmin) AS ts  -- the inserting (sub)transaction's
     FROM outbox o
     WHERE o.id > d.cursor AND o.seq IS NULL AND o.partition IS NULL
       AND (d.seen IS NULL OR NOT pg_visible_in_snapshot(o.txid, d.seen))
