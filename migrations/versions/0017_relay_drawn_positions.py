@@ -13,27 +13,29 @@ one WAL flush at a time. Now a writer only inserts rows (I2, docs/invariants.md)
 * ``txid`` defaults to ``pg_current_xact_id()``; the check ``outbox_written_plainly``
   (NOT VALID: rows already written keep theirs) refuses a row that sets its own
   ``txid``, ``partition``, ``ordinal`` or ``seq``.
-* ``outbox_draw()``, called by the relay (through ``outbox_horizon`` and the commit watch;
-  one at a time, each after the one before has committed), draws positions for the transactions that
-  have become visible since its last draw (``outbox_draws.seen``, that draw's snapshot),
-  in the order of their commit timestamps (``track_commit_timestamp``, which this
-  revision needs), and inserts one marker per relay partition (per 10,000 rows), whose
-  ``ids`` list the
-  partition's rows in position order (``first_seq`` for the first) and ``times`` their
-  transactions' commit times. A
-  transaction visible at one draw is drawn before one visible only at a later draw;
-  within a draw, the earlier commit timestamp goes first. So a transaction whose commit
-  was visible before another's began (the second waited for a row lock the first held,
-  or read what it wrote) has the smaller positions, and commits that overlap may be
-  numbered in either order. The relay partition is the key's, with the count in force
-  at the draw.
+* ``outbox_draw()``, called by the relay (`relay run`'s commit watch every 10 ms; a
+  ``--once`` run or Spark task before each read, through ``outbox_horizon``; one draw at
+  a time, each after the one before has committed), draws positions for the
+  transactions that have become visible since its last draw (``outbox_draws.seen``,
+  that draw's snapshot), in the order of their commit timestamps
+  (``track_commit_timestamp``, which this revision needs; a transaction's own rows in
+  the order it inserted them), and inserts one marker per relay partition (and 10,000
+  rows), whose ``ids`` list the partition's rows in position order from ``first_seq``
+  and ``times`` their transactions' commit times. A transaction visible at one draw is
+  drawn before one visible only at a later draw; within a draw, the earlier commit
+  timestamp goes first. So a transaction whose commit was visible before another's began
+  (the second waited for a row lock the first held, or read what it wrote) has the
+  smaller positions, and commits that overlap may be numbered in either order. The
+  relay partition is the key's, with the count in force at the draw.
 * The draw commits with ``synchronous_commit`` on: its commit record follows the commit
   records of the transactions it drew, so they are durable before the relay can publish
   them, whatever the writers' own setting.
 * A reader's horizon is the highest position drawn by a committed draw: every position
   at or below it is in a committed marker, whose rows are committed (gap-free). No
   writer holds it up any more: a transaction that does not finish is drawn when it
-  commits.
+  commits. ``outbox_horizon`` and ``outbox_horizon_as_of`` draw first;
+  ``outbox_drawn_horizon`` and ``outbox_drawn_horizon_as_of`` read what committed draws
+  placed (`relay run`'s partitions, beside the commit watch).
 * The draw reads rows above ``outbox_draws.cursor`` only. The cursor moves up to the
   outbox id issued before a check once every transaction that held the outbox's
   RowExclusiveLock at that check (``check_vxids``, from ``pg_locks``) has ended: every row
@@ -71,10 +73,9 @@ DO $$
 BEGIN
   IF current_setting('track_commit_timestamp') <> 'on' THEN
     RAISE EXCEPTION 'track_commit_timestamp is off: the relay orders outbox transactions '
-      'by their commit time'
-      USING ERRCODE = 'object_not_in_prerequisite_state',
-            HINT = 'set track_commit_timestamp = on in postgresql.conf, restart the server, '
-                   'then upgrade again';
+      'by their commit time; set track_commit_timestamp = on in postgresql.conf, restart '
+      'the server, then upgrade again'
+      USING ERRCODE = 'object_not_in_prerequisite_state';
   END IF;
 END
 $$
@@ -116,9 +117,8 @@ BEGIN
   END IF;
   IF current_setting('track_commit_timestamp') <> 'on' THEN
     RAISE EXCEPTION 'track_commit_timestamp is off: the relay orders outbox transactions '
-      'by their commit time'
-      USING ERRCODE = 'object_not_in_prerequisite_state',
-            HINT = 'set track_commit_timestamp = on in postgresql.conf and restart the server';
+      'by their commit time; set track_commit_timestamp = on in postgresql.conf and '
+      'restart the server' USING ERRCODE = 'object_not_in_prerequisite_state';
   END IF;
   -- One draw at a time, each after the one before has committed: a draw covers every
   -- commit visible before it was called.

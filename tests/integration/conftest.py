@@ -2,12 +2,15 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
+from relay import devenv
 from relay.devenv import Endpoints
+from relay.devenv.ports import free_ports
 from tests.integration.replicate_support import ReplicaEnv, new_group
 from tests.integration.support import RelayTestEnv, migrate, new_prefix
 
@@ -55,3 +58,16 @@ def login_roles(endpoints: Endpoints, relay_env: RelayTestEnv) -> Iterator[dict[
         for login in logins.values():
             conn.execute(sa.text(f"DROP ROLE IF EXISTS {sa.make_url(login).username}"))
     admin.dispose()
+
+
+@pytest.fixture
+def private_postgres(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    """A PostgreSQL server of the test's own (free port, its own working directory), so that
+    restarting or reconfiguring it disturbs no other test; its working directory and
+    database URL."""
+    workdir = tmp_path / "private-pg"
+    url = devenv.start_postgres(workdir, port=free_ports(1)[0])
+    try:
+        yield workdir, url
+    finally:
+        devenv.stop_postgres(workdir, hard=True)

@@ -12,7 +12,10 @@ import pytest
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
+from sqlalchemy.engine import make_url
 
+from relay import devenv
+from relay.devenv.postgres_files import cluster_paths
 from relay.errors import ConfigurationError
 from relay.postgres import migrations
 from relay.runtime.secrets import Secret
@@ -152,3 +155,27 @@ def test_a_relay_runs_on_a_later_compatible_schema_and_refuses_an_incompatible_o
     oldest = migrations.oldest_compatible(scripts, head)
     assert run_sql(database_url, "SELECT * FROM relay_schema_compat") == [(head, oldest)]
     assert "up to date" in _relay_db(database_url, "current").stdout
+
+
+def test_the_upgrade_is_refused_with_what_to_do_on_a_server_without_commit_timestamps(
+    private_postgres: tuple[Path, str],
+) -> None:
+    """The relay orders outbox transactions by their commit timestamps: on a server with
+    ``track_commit_timestamp`` off, `relay db upgrade` stops before the relay-drawn
+    positions with one line saying what to set, and leaves the schema as it was."""
+    workdir, url = private_postgres
+    devenv.stop_postgres(workdir)
+    with (cluster_paths(workdir).data / "postgresql.auto.conf").open("a") as conf:
+        conf.write("track_commit_timestamp = off\n")  # read after the dev settings
+    url = devenv.start_postgres(workdir, port=int(str(make_url(url).port)))
+    assert run_sql(url, "SHOW track_commit_timestamp") == [("off",)]
+
+    refused = _relay_db(url, "upgrade")
+
+    assert refused.returncode == 3, refused.stderr
+    (line,) = [line for line in refused.stderr.splitlines() if line.startswith("relay: error")]
+    assert "track_commit_timestamp is off" in line
+    assert "set track_commit_timestamp = on in postgresql.conf" in line
+    assert run_sql(url, "SELECT version_num FROM relay_alembic_version") == [
+        ("0016_shared_single_draws",)
+    ]

@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from relay import devenv
 from relay.chaos.process_tree import is_stopped
-from relay.devenv.ports import free_ports
 from tests.integration.conftest import RELAY_PARTITIONS
 from tests.integration.support import (
     RelayTestEnv,
@@ -56,18 +52,6 @@ def test_paused_relay_is_fenced_by_a_new_instance_and_publishes_nothing_twice(
     assert zombie.returncode == 5, both
     assert "another relay instance initialised this partition's transactional id" in stderr, both
     assert "into a transaction, before transaction.timeout.ms" in stderr, both
-
-
-@pytest.fixture
-def private_postgres(tmp_path: Path) -> Iterator[tuple[Path, str]]:
-    """A PostgreSQL server of the test's own (free port, its own working directory), so that
-    restarting it disturbs no other test; its working directory and database URL."""
-    workdir = tmp_path / "private-pg"
-    url = devenv.start_postgres(workdir, port=free_ports(1)[0])
-    try:
-        yield workdir, url
-    finally:
-        devenv.stop_postgres(workdir, hard=True)
 
 
 def test_a_running_relay_outlives_a_postgresql_restart(
