@@ -318,3 +318,12 @@ def test_published_ports_leave_the_development_servers_theirs() -> None:
         for port in service.get("ports", [])
     }
     assert not dev & set(published), {p: published[p] for p in dev & set(published)}
+
+
+def test_postgres_keeps_the_commit_timestamps_the_relay_orders_by() -> None:
+    """`relay db upgrade` refuses a server without ``track_commit_timestamp``
+    (0017_relay_drawn_positions): the sketch's server has it on."""
+    command = COMPOSE["services"]["postgres"]["command"]
+    assert command[0] == "postgres"
+    settings = [command[i + 1] for i, arg in enumerate(command[:-1]) if arg == "-c"]
+    assert "track_commit_timestamp=on" in settings
