@@ -131,6 +131,12 @@ BEGIN
     as_of := t;
     RETURN;
   END IF;
+  IF pg_current_xact_id_if_assigned() IS NOT NULL AND EXISTS (
+       SELECT FROM outbox o WHERE o.id > d.cursor AND o.txid = pg_current_xact_id()) THEN
+    -- Its rows are visible to it alone, and it has no commit time yet.
+    RAISE EXCEPTION 'outbox_draw() cannot run in a transaction that wrote outbox rows'
+      USING ERRCODE = 'object_not_in_prerequisite_state';
+  END IF;
   n := (SELECT partitions FROM outbox_settings);
   cleared := d.check_vxids IS NULL OR NOT EXISTS (
     SELECT FROM pg_locks l WHERE l.virtualtransaction = ANY(d.check_vxids));

@@ -299,3 +299,20 @@ def test_a_row_that_sets_what_the_draw_decides_is_refused(relay_env: RelayTestEn
                 f"INSERT INTO outbox (topic, key, {column}) VALUES ('t', 'k', {value})",
             )
     assert run_sql(relay_env.database_url, "SELECT count(*) FROM outbox") == [(0,)]
+
+
+def test_a_draw_in_a_transaction_that_wrote_outbox_rows_is_refused(
+    relay_env: RelayTestEnv,
+) -> None:
+    """A transaction's own rows are visible to it alone and it has no commit time yet: a
+    draw inside it would place them before commits that finish first. Refused; the
+    rows are drawn once it commits."""
+    libpq = relay_env.database_url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(libpq) as writer:
+        writer.execute("INSERT INTO outbox (topic, key, value) VALUES ('t', 'k', 'v')")
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState, match="wrote outbox"):
+            writer.execute("SELECT outbox_draw()")
+        writer.rollback()
+        writer.execute("INSERT INTO outbox (topic, key, value) VALUES ('t', 'k', 'w')")
+        writer.commit()
+    assert draw(relay_env.database_url) == 1
