@@ -97,7 +97,8 @@ COMMIT_WATCH = Setting(
     "--commit-watch",
     seconds,
     0.01,
-    "`relay run`: look for newly committed events this often, and publish them at once",
+    "`relay run`: draw the positions of newly committed events this often, and publish them "
+    "at once",
     metavar="SECONDS",
 )
 RETRY_ATTEMPTS = Setting(
