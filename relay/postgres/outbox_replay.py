@@ -3,8 +3,8 @@ the key's later rows follow it to the dead letters, so a key's dead letters go b
 outbox together, in their order, in one transaction, or none of them does.
 
 Each row is inserted again with the write API's own statement
-(:data:`~relay.postgres.outbox_writer.INSERT_EVENT`: the outbox triggers give it a new id
-and position, after every row already in the outbox) and its dead letter is deleted.
+(:data:`~relay.postgres.outbox_writer.INSERT_EVENT`: it gets a new id, and the next draw
+gives it a position after every row drawn before) and its dead letter is deleted.
 """
 
 from __future__ import annotations

@@ -288,6 +288,36 @@ def test_a_transaction_left_open_across_draws_is_drawn_when_it_commits(
     ) == [(top,)]
 
 
+def test_a_draw_with_no_writer_in_flight_moves_the_cursor_past_every_row_it_read(
+    relay_env: RelayTestEnv,
+) -> None:
+    """A check made before the draw reads its rows, finding no transaction that holds the
+    outbox, moves the cursor with that draw: the next draw reads none of a backlog again.
+    With one open transaction holding the outbox, the cursor stays below its row."""
+    url = relay_env.database_url
+    run_sql(
+        url,
+        "INSERT INTO outbox (topic, key, value) "
+        "SELECT 't', convert_to('k' || n, 'UTF8'), 'v' FROM generate_series(1, 50) n",
+    )
+    draw(url)
+    assert run_sql(url, "SELECT cursor = (SELECT max(id) FROM outbox) FROM outbox_draws") == [
+        (True,)
+    ]
+    libpq = url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(libpq) as held:
+        (held_id,) = held.execute(
+            "INSERT INTO outbox (topic, key, value) VALUES ('t', 'k', 'held') RETURNING id"
+        ).fetchone() or (0,)
+        run_sql(url, "UPDATE outbox_draws SET checked_at = NULL")  # a check is due
+        draw(url)
+        ((cursor, waiting_for),) = run_sql(url, "SELECT cursor, check_vxids FROM outbox_draws")
+        assert cursor < held_id and waiting_for
+        held.commit()
+    draw(url)
+    assert run_sql(url, "SELECT cursor, check_vxids FROM outbox_draws") == [(held_id, None)]
+
+
 def test_a_row_that_sets_what_the_draw_decides_is_refused(relay_env: RelayTestEnv) -> None:
     """A row's transaction id, partition, ordinal and seq are the database's and the
     draw's: a row written with any of them (a copy of another row, say) would be drawn
