@@ -113,7 +113,10 @@ _RAISE_FLOOR = text(
 )
 _FLOOR = text("SELECT position FROM outbox_published_floor WHERE partition = :partition")
 _IDENTITY = text("SELECT database_id::text, default_prefix FROM outbox_identity")
-_LAST_ASSIGNED = text("SELECT drawn FROM outbox_draw()")
+# What committed draws placed: a position the relay published was drawn by a committed draw
+# (it reads no other), so no draw is needed here (a backlog's would hold every partition's
+# start-up).
+_LAST_ASSIGNED = text("SELECT drawn FROM outbox_draws")
 _COUNT_CHANGE_PENDING = text(
     "SELECT barrier IS NOT NULL AND outbox_unpublished_up_to(barrier) FROM outbox_settings"
 )
