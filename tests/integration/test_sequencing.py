@@ -318,6 +318,32 @@ def test_a_draw_with_no_writer_in_flight_moves_the_cursor_past_every_row_it_read
     assert run_sql(url, "SELECT cursor, check_vxids FROM outbox_draws") == [(held_id, None)]
 
 
+def test_each_drawn_row_carries_its_own_transactions_commit_time(
+    relay_env: RelayTestEnv,
+) -> None:
+    """A marker's ``times`` line up with its ``ids`` (what a fetch publishes as the row's
+    commit time, CloudEvents ``ce_time``): transactions of one key committed one after
+    the other, one draw for all of them."""
+    url = relay_env.database_url
+    for n in range(4):
+        run_sql(
+            url,
+            "INSERT INTO outbox (topic, key, value) "
+            "SELECT 't', 'k', convert_to(:v || '-' || i, 'UTF8') FROM generate_series(1, :rows) i",
+            v=f"txn{n}",
+            rows=n + 1,
+        )
+    committed = run_sql(url, "SELECT id, pg_xact_commit_timestamp(xmin) FROM outbox ORDER BY id")
+    draw(url)
+    drawn = run_sql(
+        url,
+        "SELECT u.id, u.at FROM outbox_commits m "
+        "CROSS JOIN LATERAL unnest(m.ids, m.times) u(id, at) ORDER BY u.id",
+    )
+    assert drawn == committed
+    assert len({at for _, at in committed}) == 4
+
+
 def test_a_row_that_sets_what_the_draw_decides_is_refused(relay_env: RelayTestEnv) -> None:
     """A row's transaction id, partition, ordinal and seq are the database's and the
     draw's: a row written with any of them (a copy of another row, say) would be drawn
