@@ -1,5 +1,5 @@
-"""The draws' cursor moves at the check that finds no writer in flight; each row keeps its
-key's hash; pending rows not drawn yet are counted from the cursor up.
+"""The draws' cursor moves at the check that finds no writer in flight; pending rows not
+drawn yet are counted from the cursor up.
 
 Revision ID: 0018_prompt_draw_cursor
 Revises: 0017_relay_drawn_positions
@@ -14,14 +14,7 @@ is visible; so when no transaction holds it, every row up to those ids is visibl
 draw's read that follows, or rolled back, and the cursor moves past them with this draw.
 While some hold it, the check waits for them to end as before.
 
-A row's relay partition is its key's hash (the first 28 bits of its sha256) modulo the
-count, which the draw computed for every row it read: a third of a backlog's draw (1.1 s
-of CPU per million rows, one draw at a time). Each row now keeps the hash in
-``key_hash``, a stored generated column computed as the writer inserts it, in parallel
-with other writers (about a microsecond each; no function call per row remains: the
-expression is inlined). The upgrade rewrites the outbox under an ACCESS EXCLUSIVE lock.
-The draw also sorts each partition's rows once instead of three times (``_MARKS``): with
-both, a draw of 400,000 rows takes 0.9 s instead of 1.45 s.
+The draw also sorts each partition's rows once instead of three times (``_MARKS``).
 
 ``outbox_undrawn`` (`relay status`, and the total of a `relay run --once` progress) joined
 the outbox to ``outbox_draws`` and ``outbox_settings``: the planner computed every row's
@@ -45,24 +38,12 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 oldest_compatible: str | None = "0017_relay_drawn_positions"
 
-_KEY_HASH = """
-CREATE FUNCTION outbox_key_hash(key bytea) RETURNS integer
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-  SELECT ('x' || substr(encode(sha256(key), 'hex'), 1, 7))::bit(28)::integer
-$$
-"""
-# outbox_partition_of(key, n) is outbox_key_hash(key) % n (0001_outbox).
-_KEY_HASH_COLUMN = (
-    "ALTER TABLE outbox ADD COLUMN key_hash integer GENERATED ALWAYS AS (outbox_key_hash(key)) "
-    "STORED"
-)
-
 _UNDRAWN = """
 CREATE OR REPLACE VIEW outbox_undrawn AS
 SELECT o.id,
        CASE WHEN o.key IS NULL
             THEN (o.id % (SELECT s.partitions FROM outbox_settings s))::integer
-            ELSE o.key_hash % (SELECT s.partitions FROM outbox_settings s)
+            ELSE outbox_partition_of(o.key, (SELECT s.partitions FROM outbox_settings s))
        END AS partition,
        o.topic, o.key, o.created_at
 FROM outbox o
@@ -144,7 +125,7 @@ _MARKS = """  ), drawn_rows AS (
 
 def _draw(drawn: ModuleType) -> str:
     """0017's draw, with its check made before the read of fresh rows instead of after,
-    the partitions from the rows' stored key hashes, and one sort per partition."""
+    and one sort per partition."""
     text = drawn._DRAW.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
     check_after = _between(text, "  IF cleared AND", "  IF found_rows > 0 OR checks_moved")
     i = check_after.index("ARRAY(")
@@ -153,15 +134,12 @@ def _draw(drawn: ModuleType) -> str:
     text = _replaced(text, "  cleared boolean;\n", "  moved_to bigint;\n")
     text = _replaced(text, _CLEARED, check_before.replace("{holders}", holders))
     text = _replaced(text, check_after, "")
-    text = _replaced(text, "ELSE outbox_partition_of(o.key, n) END", "ELSE o.key_hash % n END")
     marks = _between(text, "  ), ordered AS (", "  ), placed AS (") + "  ), placed AS ("
     text = _replaced(text, marks, _MARKS.replace("{rows}", str(drawn.MARKER_ROWS)))
     return _replaced(text, "cursor = d.cursor,", "cursor = moved_to,")
 
 
 def upgrade() -> None:
-    op.execute(_KEY_HASH)
-    op.execute(_KEY_HASH_COLUMN)
     op.execute(_draw(_drawn_positions()))
     op.execute(_UNDRAWN)
 
@@ -170,5 +148,3 @@ def downgrade() -> None:
     drawn = _drawn_positions()
     op.execute(drawn._DRAW.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1))
     op.execute(drawn._UNDRAWN.replace("CREATE VIEW", "CREATE OR REPLACE VIEW", 1))
-    op.execute("ALTER TABLE outbox DROP COLUMN key_hash")
-    op.execute("DROP FUNCTION outbox_key_hash(bytea)")

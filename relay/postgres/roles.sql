@@ -1,8 +1,8 @@
 -- Least-privilege roles for the relay's users. `relay db roles` runs this file; a DBA may
 -- run it by hand instead (psql -v ON_ERROR_STOP=1 -f roles.sql). Idempotent.
 --
---   outbox_writer  services: INSERT into outbox, nothing else (no trigger or PL/pgSQL
---                  function runs in a writer's transaction)
+--   outbox_writer  services: INSERT into outbox, nothing else (no function runs in a
+--                  writer's transaction)
 --   outbox_relay   `relay run` and jobs/outbox_relay.py: read and clean up the outbox,
 --                  draw its positions (outbox_draw, with the schema owner's rights),
 --                  dead-letter refused rows, check the schema revision, read the
