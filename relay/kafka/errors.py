@@ -41,6 +41,12 @@ TRANSIENT_CODES = frozenset(
         LibKafkaError.COORDINATOR_NOT_AVAILABLE,
         LibKafkaError.NOT_COORDINATOR,
         LibKafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        # A partition between leaders (a topic just created, a broker restarting): the
+        # next metadata refresh finds the leader.
+        LibKafkaError.NOT_LEADER_FOR_PARTITION,
+        LibKafkaError.LEADER_NOT_AVAILABLE,
+        LibKafkaError.FENCED_LEADER_EPOCH,
+        LibKafkaError.UNKNOWN_LEADER_EPOCH,
     }
 )
 

@@ -22,6 +22,12 @@ def failure(code: int, text: str = "it failed", *, fatal: bool = False) -> Kafka
         LibKafkaError._ALL_BROKERS_DOWN,
         LibKafkaError.NOT_COORDINATOR,
         LibKafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        # A partition between leaders, e.g. of a topic just created: "Failed to get
+        # watermark offsets: Broker: Not leader for partition"
+        LibKafkaError.NOT_LEADER_FOR_PARTITION,
+        LibKafkaError.LEADER_NOT_AVAILABLE,
+        LibKafkaError.FENCED_LEADER_EPOCH,
+        LibKafkaError.UNKNOWN_LEADER_EPOCH,
     ],
 )
 def test_a_broker_that_does_not_answer_for_now_is_retried(code: int) -> None:
