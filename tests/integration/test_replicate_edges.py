@@ -168,12 +168,15 @@ def test_another_transactional_id_prefix_on_the_same_group_is_refused(
     topic = make_topic("edge-prefix", partitions=1)
     write_transactions(replica.source, topic, 2, 5, abort_every=0)
     args = ("--once", "--topics", topic, "--target-prefix", "p.")
-    first = replica.run(*args, "--transactional-id-prefix", "dr-a")
+    # Prefixes of this test's own: a prefix names its members group, which other tests'
+    # replicators (killed ones count until their session times out) must not share.
+    a, b = f"{replica.group}-a", f"{replica.group}-b"
+    first = replica.run(*args, "--transactional-id-prefix", a)
     assert first.returncode == 0, first.stderr
-    other = replica.run(*args, "--transactional-id-prefix", "dr-b")
+    other = replica.run(*args, "--transactional-id-prefix", b)
     assert other.returncode == 2, other.stderr
     last = _last_line(other.stderr)
-    assert "transactional-id prefix 'dr-a', this one has 'dr-b'" in last
+    assert f"transactional-id prefix '{a}', this one has '{b}'" in last
 
 
 def test_a_target_topic_recreated_while_running_is_copied_again_from_the_start(
@@ -272,7 +275,7 @@ def test_two_prefixes_started_together_on_one_group_are_told_apart_while_copying
     logs = [tmp_path / "a.log", tmp_path / "b.log"]
     processes = [
         replica.start(*args, "--transactional-id-prefix", name, log=log)
-        for name, log in zip(("dr-a", "dr-b"), logs, strict=True)
+        for name, log in zip((f"{replica.group}-a", f"{replica.group}-b"), logs, strict=True)
     ]
     try:
         for log in logs:  # both hold the partition, neither has seen a position
