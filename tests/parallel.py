@@ -41,8 +41,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: three workers a core. Most integration tests wait on the servers (a
-    transaction's markers, a group's rebalance, a child process), not on the CPU (on 2
-    cores the suite took 11:15 with four workers, 9:43 with six). Without
+    transaction's markers, a group's rebalance, a child process), not on the CPU. On 2
+    cores, 2026-11-27: four workers 10:05, 10:18 and 11:15; six 9:43, 10:16 and 10:42
+    (a gain within the noise; more tests side by side also found two that shared a Kafka
+    group). Without
     integration tests (``-m "not integration"``) none: the unit tests take seconds, less
     than starting workers would."""
     if config.option.markexpr.replace(" ", "") == "notintegration":
