@@ -40,16 +40,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: three workers a core. Most integration tests wait on the servers (a
-    transaction's markers, a group's rebalance, a child process), not on the CPU. On 2
-    cores, 2026-11-27: four workers 10:05, 10:18 and 11:15; six 9:43, 10:16 and 10:42
-    (a gain within the noise; more tests side by side also found two that shared a Kafka
-    group). Without
+    """``-n auto``: two workers a core. Most integration tests wait on the servers (a
+    transaction's markers, a group's rebalance, a child process), not on the CPU. Three a
+    core gained nothing measurable (on 2 cores, 2026-11-27: four workers 10:05, 10:18 and
+    11:15; six 9:43, 10:16, 10:42 and 11:37). Without
     integration tests (``-m "not integration"``) none: the unit tests take seconds, less
     than starting workers would."""
     if config.option.markexpr.replace(" ", "") == "notintegration":
         return 0
-    return max(2, 3 * (os.cpu_count() or 1))
+    return max(2, 2 * (os.cpu_count() or 1))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
