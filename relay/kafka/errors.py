@@ -58,7 +58,11 @@ RECORD_REFUSED = frozenset(
 )
 
 
-def lib_error(exc: BaseException) -> LibKafkaError | None:
+def lib_error(exc: BaseException | LibKafkaError) -> LibKafkaError | None:
+    """The librdkafka error of a failure: a KafkaException's, or the error itself (an admin
+    result's ``errors``, e.g. a consumer-group listing's, hold bare errors)."""
+    if isinstance(exc, LibKafkaError):
+        return exc
     if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], LibKafkaError):
         return exc.args[0]
     return None
@@ -70,7 +74,9 @@ def kafka_reason(exc: BaseException) -> str:
     return err.str() if err is not None else str(exc)
 
 
-def translate(exc: BaseException, doing: str, partition: int | None = None) -> Exception:
+def translate(
+    exc: BaseException | LibKafkaError, doing: str, partition: int | None = None
+) -> Exception:
     """The relay error for a librdkafka failure while ``doing`` something."""
     err = lib_error(exc)
     where = f"relay partition {partition}: " if partition is not None else ""

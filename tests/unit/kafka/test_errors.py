@@ -36,6 +36,14 @@ def test_a_broker_that_does_not_answer_for_now_is_retried(code: int) -> None:
     assert str(error).startswith("relay partition 2: reading the committed position failed")
 
 
+def test_a_bare_error_of_an_admin_result_is_retried_when_transient() -> None:
+    """A consumer-group listing's ``errors`` hold bare librdkafka errors: a broker that
+    timed out there is retried, as when the call itself raised."""
+    error = translate(LibKafkaError(LibKafkaError._TIMED_OUT), "listing the consumer groups")
+    assert type(error) is RetriableError
+    assert "(_TIMED_OUT)" in str(error)
+
+
 def test_a_fatal_error_is_not_retried() -> None:
     error = translate(failure(LibKafkaError._TIMED_OUT, fatal=True), "committing", 0)
     assert type(error) is KafkaError
