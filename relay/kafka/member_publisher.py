@@ -65,6 +65,12 @@ class MemberPartitionPublisher(KafkaTransactionalPublisher):
     def _produce_error(self, exc: KafkaException, record: OutboxRecord) -> Exception:
         return self._transactions.after_fence(super()._produce_error(exc, record))
 
+    def prepare(self) -> None:
+        self._transactions.prepare(self._partition)
+
+    def withdraw(self) -> None:
+        self._transactions.withdraw(self._partition)
+
     def begin(self) -> None:
         self._delivery_error = None
         self._transactions.begin(self._partition)  # may rebuild the process's producer
@@ -97,6 +103,7 @@ class MemberPartitionPublisher(KafkaTransactionalPublisher):
 
     def close(self) -> None:
         # A thread that stops with its part of the transaction unfinished aborts it.
+        self._transactions.withdraw(self._partition)
         self._transactions.finish(self._partition, None)
         try:
             self._positions.close()

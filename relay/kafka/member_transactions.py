@@ -5,17 +5,13 @@ The process joins the positions group itself (cooperative-sticky, subscribed to 
 positions topic, whose partition ``p`` stands for relay partition ``p``), and one
 transactional producer (``transactional.id`` ``<prefix>-member-<random>``) carries the
 records of every relay partition it holds. The relay partitions' threads share its
-transactions; the protocol, top to bottom::
+transactions (:mod:`relay.publishing.shared_transaction`: who is in a transaction, and
+when it ends); the transaction that ends::
 
-    begin(p)      the first partition with rows opens the transaction, others join it
-    send          each partition produces its rows into the open transaction
-    finish(p, o)  each partition hands in its new position o (None: it failed, abort);
-                  the last one of the transaction to arrive ends it for all:
-                    the consumer's group metadata (member id and generation; a process
-                    that is no longer a member has generation -1: abort, never commit)
-                    -> send_offsets_to_transaction(every position, metadata)
-                    -> commit_transaction (or abort_transaction after any failure)
-                  and every partition of the transaction gets the same outcome
+    the consumer's group metadata (member id and generation; a process that is no longer
+    a member has generation -1: abort, never commit)
+    -> send_offsets_to_transaction(every position, metadata)
+    -> commit_transaction (or abort_transaction after any failure)
 
 The broker refuses the positions of a member whose generation is stale (it was silent
 past the session timeout and the group gave its partitions to another member:
@@ -45,7 +41,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from confluent_kafka import KafkaException, Producer, TopicPartition
 
@@ -60,6 +56,7 @@ from relay.kafka.departed_members import DepartedMembers, PositionsGroupView
 from relay.kafka.errors import abort_failure, kafka_reason, translate, translate_transactional
 from relay.kafka.membership import KafkaMembership, Partitions
 from relay.kafka.transactions import PRODUCER_DEFAULTS, commit_with_offsets
+from relay.publishing.shared_transaction import SharedTransaction
 from relay.runtime.logs import LIBRDKAFKA_LOGGER
 from relay.settings.relay import RelaySettings
 
@@ -67,7 +64,6 @@ log = logging.getLogger(__name__)
 _librdkafka_log = logging.getLogger(LIBRDKAFKA_LOGGER)
 
 _METADATA_MAGIC = b"CGMDv2:"
-_OUTCOMES_KEPT = 1000  # transactions whose outcome a late waiter can still read
 _FATAL = "_FATAL"  # librdkafka's name for a call on a producer that failed fatally
 
 
@@ -125,15 +121,14 @@ class MemberTransactions:
             self.producer = Producer(self._producer_config(), logger=_librdkafka_log)
         except KafkaException as exc:
             raise ConfigurationError(f"Kafka configuration rejected: {kafka_reason(exc)}") from None
-        self._wait_s = settings.kafka.transaction_timeout_ms / 1000
-        self._cond = threading.Condition()
-        self._open = False
-        self._txn = 0  # the number of the open (or last) transaction
-        self._joined: set[int] = set()
-        self._arrived: dict[int, TopicPartition | None] = {}
-        self._doomed: str | None = None
-        self._outcomes: dict[int, Exception | None] = {}
+        self._shared: SharedTransaction[TopicPartition] = SharedTransaction(
+            opening=self._open,
+            ending=self._end,
+            joining=self._follow_fence,
+            wait_s=settings.kafka.transaction_timeout_ms / 1000,
+        )
         self._rebuild = False
+        self._lock = threading.Lock()  # for the metadata
         self._metadata: object = b""  # the consumer's group metadata after the last poll
 
     def _producer_config(self) -> dict[str, str | int | float | bool]:
@@ -160,14 +155,14 @@ class MemberTransactions:
     def poll(self, timeout: float) -> None:
         self._membership.poll(timeout)
         metadata = self._membership.group_metadata()
-        with self._cond:
+        with self._lock:
             self._metadata = metadata
 
     def _on_assigned(self, partitions: Sequence[int]) -> None:
         """The group metadata of the new generation first: the partitions' first
         transactions may end before this poll returns."""
         metadata = self._membership.group_metadata()
-        with self._cond:
+        with self._lock:
             self._metadata = metadata
         self._assigned(partitions)
 
@@ -204,64 +199,49 @@ class MemberTransactions:
         finally:
             producer.flush(0)
 
-    # The shared transaction.
+    # The shared transaction: relay.publishing.shared_transaction says who is in it and
+    # when it ends; the calls to the producer are these.
+
+    def prepare(self, partition: int) -> None:
+        self._shared.prepare(partition)
+
+    def withdraw(self, partition: int) -> None:
+        self._shared.withdraw(partition)
 
     def begin(self, partition: int) -> None:
-        """Join the open transaction, or open one."""
-        with self._cond:
-            if self._rebuild:
-                self._rebuild_producer()
-            if not self._open:
-                try:
-                    self.producer.begin_transaction()
-                except KafkaException as exc:
-                    error = translate_transactional(exc, "relay process: begin_transaction")
-                    raise self.after_fence(error) from None
-                self._open, self._txn = True, self._txn + 1
-                self._joined, self._arrived, self._doomed = set(), {}, None
-            self._joined.add(partition)
+        self._shared.begin(partition)
 
     def finish(self, partition: int, position: TopicPartition | None) -> Exception | None:
-        """Hand in ``partition``'s new position (None: its part failed, the transaction
-        aborts) and wait for the transaction's end; its outcome: None when committed, else
-        the error (the same for every partition of the transaction)."""
-        with self._cond:
-            if not self._open or partition not in self._joined or partition in self._arrived:
-                return None  # not in the open transaction: nothing to end
-            txn = self._txn
-            self._arrived[partition] = position
-            if position is None and self._doomed is None:
-                self._doomed = f"relay partition {partition} failed its part"
-            if self._joined <= self._arrived.keys():
-                self._ended(txn)
-            elif not self._cond.wait_for(lambda: txn in self._outcomes, self._wait_s):
-                # A partition's thread never handed in (it stopped on an error of its own).
-                missing = sorted(self._joined - self._arrived.keys())
-                self._doomed = f"relay partitions {missing} never finished their part"
-                self._ended(txn)
-            return self._outcomes[txn]
+        return self._shared.finish(partition, position)
 
-    def _ended(self, txn: int) -> None:
-        """End open transaction ``txn`` and keep its outcome until every partition of it
-        has read it (a waiter may wake only after later transactions ended)."""
-        self._outcomes[txn] = self._end()
-        self._outcomes.pop(txn - _OUTCOMES_KEPT, None)
-        self._open = False
-        self._cond.notify_all()
+    def _follow_fence(self) -> None:
+        """At every partition's begin: a producer fenced or in doubt is rebuilt first."""
+        if self._rebuild:
+            self._rebuild_producer()
 
-    def _end(self) -> Exception | None:
+    def _open(self) -> None:
+        try:
+            self.producer.begin_transaction()
+        except KafkaException as exc:
+            error = translate_transactional(exc, "relay process: begin_transaction")
+            raise self.after_fence(error) from None
+
+    def _end(
+        self, txn: int, arrived: Mapping[int, TopicPartition | None], doomed: str | None
+    ) -> Exception | None:
         """Commit the open transaction with every position, or abort it."""
-        if self._doomed is not None:
-            failed = RetriableError(f"relay process: transaction aborted: {self._doomed}")
+        if doomed is not None:
+            failed = RetriableError(f"relay process: transaction aborted: {doomed}")
             return self._abort(failed)
         # As of the last poll: asking the consumer from this thread blocks while the
         # polling thread is in a revoke callback, which waits for this transaction.
-        metadata = self._metadata
+        with self._lock:
+            metadata = self._metadata
         generation = member_generation(metadata)
         log.debug(
             "relay process: ending transaction %d of relay partitions %s (generation %d)",
-            self._txn,
-            sorted(self._arrived),
+            txn,
+            sorted(arrived),
             generation,
         )
         if generation < 0:
@@ -272,7 +252,7 @@ class MemberTransactions:
                     "group hands its relay partitions on"
                 )
             )
-        offsets = [tp for _, tp in sorted(self._arrived.items()) if tp is not None]
+        offsets = [tp for _, tp in sorted(arrived.items()) if tp is not None]
         try:
             commit_with_offsets(
                 self.producer,

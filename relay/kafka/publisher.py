@@ -130,6 +130,12 @@ class KafkaTransactionalPublisher(TransactionalProducer):
     def fence(self) -> CommittedPosition:
         return committed_position(self._read_committed(self._position_tp))
 
+    def prepare(self) -> None:
+        """Nothing to wait for: the partition's transactions are its own."""
+
+    def withdraw(self) -> None:
+        """Nothing was announced."""
+
     def send(self, records: Sequence[OutboxRecord]) -> None:
         check = self._topics.check(
             records, record_headers, batch_headers_bound(records), self._batch_bytes

@@ -10,9 +10,10 @@ Start-up (the checks: :mod:`relay.publishing.positions`)::
 Order of one batch (one Kafka transaction)::
 
     fetch rows seq > position  ->  begin  ->  send rows  ->  commit(rows + new position)
-    ->  position = last seq  ->  at most every ``housekeeping_every_s``, and whenever
-        nothing is pending: record the floor, delete rows <= position (housekeeping,
-        after the commit, one database transaction)
+    ->  position = last seq  ->  after a batch or when nothing is pending, at most
+        every ``housekeeping_every_s`` (and at the end of a drain): record the floor,
+        delete rows <= position (housekeeping, after the commit, one database
+        transaction)
 
 The position lives only in Kafka, committed atomically with the records, and it is read
 only after fencing; so a crash at any point, a re-run task or a zombie can neither lose
@@ -214,6 +215,12 @@ class PartitionRelay:
             self._housekept = position
         self._housekept_at = self._clock.monotonic()
 
+    def _housekeep_if_due(self, now: float) -> None:
+        """:meth:`housekeep` at most every ``housekeeping_every_s``: a partition that
+        publishes every few milliseconds finds nothing pending after each batch."""
+        if now - self._housekept_at >= self._housekeeping_every_s:
+            self.housekeep()
+
     def keep_alive(self, heartbeat: Heartbeat | None = None) -> None:
         """Commit the unchanged position again, so that the broker's offset retention
         (``offsets.retention.minutes``) never expires an idle partition's position; with
@@ -275,15 +282,22 @@ class PartitionRelay:
         self._settle_first()
         self._holds.flush()  # rows refused for good, after the failed batch
         position = self.position
-        fetched = self._fetch(position, up_to_seq)
+        self._publisher.prepare()  # a shared transaction ending: read after its commit
+        try:
+            fetched = self._fetch(position, up_to_seq)
+            if fetched:
+                records = self._limits.take(fetched)
+                self._publisher.begin()  # joins the transaction prepare announced it to
+        except BaseException:
+            self._publisher.withdraw()
+            raise
         self.heartbeats.learnt(self._source.settled(self.partition))
         if not fetched:
+            self._publisher.withdraw()
             self.heartbeats.committed(position)
-            self.housekeep()  # idle: catch up
+            self._housekeep_if_due(self._clock.monotonic())  # idle: catch up
             return None
-        records = self._limits.take(fetched)
         last_seq = records[-1].seq
-        self._publisher.begin()
         opened = self._clock.monotonic()
         heartbeat = self.heartbeats.due(opened, last_seq)
         try:
@@ -312,8 +326,7 @@ class PartitionRelay:
         self._observer.published(self.partition, len(records), self._committed_at - began, times)
         self._failpoints.hit("after_commit", self.partition)
         self._holds.published(records)
-        if self._committed_at - self._housekept_at >= self._housekeeping_every_s:
-            self.housekeep()
+        self._housekeep_if_due(self._committed_at)
         return BatchResult(self.partition, len(records), records[0].seq, last_seq)
 
     def _fetch(self, position: int, up_to_seq: int | None) -> list[OutboxRecord]:

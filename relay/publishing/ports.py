@@ -86,6 +86,17 @@ class TransactionalPublisher(Protocol):
         published (0 when none) and the owner recorded with it."""
         ...
 
+    def prepare(self) -> None:
+        """Called before the rows of a batch are read. A publisher that shares its
+        transactions with other partitions waits here while one ends, and keeps the next
+        one open for this partition until :meth:`begin` or :meth:`withdraw`."""
+        ...
+
+    def withdraw(self) -> None:
+        """After :meth:`prepare`, when no transaction follows (nothing to publish, or the
+        read failed)."""
+        ...
+
     def begin(self) -> None: ...
 
     def send(self, records: Sequence[OutboxRecord]) -> None:
@@ -179,6 +190,12 @@ class PublisherDecorator:
 
     def fence(self) -> CommittedPosition:
         return self._inner.fence()
+
+    def prepare(self) -> None:
+        self._inner.prepare()
+
+    def withdraw(self) -> None:
+        self._inner.withdraw()
 
     def begin(self) -> None:
         self._inner.begin()

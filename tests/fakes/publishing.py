@@ -182,6 +182,8 @@ class MemoryPublisher:
     stuck: bool = False  # after an ambiguous commit, like librdkafka's _STATE errors
     resets: int = 0
     began: float = 0.0
+    prepared: int = 0  # batches announced (prepare), and those withdrawn
+    withdrawn: int = 0
 
     def fence(self) -> CommittedPosition:
         if self.epoch is None:
@@ -198,6 +200,12 @@ class MemoryPublisher:
             raise AmbiguousCommitError("Operation not valid in state CommittingTransaction")
         if self.epoch is None:
             raise RuntimeError("fence() has not run since the producer was built")
+
+    def prepare(self) -> None:
+        self.prepared += 1
+
+    def withdraw(self) -> None:
+        self.withdrawn += 1
 
     def begin(self) -> None:
         self._check_fenced()

@@ -83,51 +83,6 @@ def _transactions(monkeypatch: pytest.MonkeyPatch) -> MemberTransactions:
     return transactions
 
 
-def test_the_partitions_of_a_cycle_share_one_transaction(monkeypatch: pytest.MonkeyPatch) -> None:
-    transactions = _transactions(monkeypatch)
-    producer = transactions.producer
-    assert isinstance(producer, _Producer)
-    outcomes: list[Exception | None] = []
-
-    def partition(p: int, joined: threading.Barrier) -> None:
-        transactions.begin(p)
-        joined.wait()
-        outcomes.append(transactions.finish(p, TopicPartition("positions", p, 10 + p)))
-
-    joined = threading.Barrier(3)
-    threads = [threading.Thread(target=partition, args=(p, joined)) for p in (0, 1, 2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(10)
-    assert outcomes == [None, None, None]
-    assert producer.calls == ["begin", "offsets 3", "commit"]
-
-
-def test_a_partition_that_wakes_after_later_transactions_still_gets_its_outcome(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Partition 0 waits for transaction 1; partition 1 ends it, then runs transactions
-    2 and 3 alone before partition 0's thread is scheduled again."""
-    transactions = _transactions(monkeypatch)
-    transactions.begin(0)
-    transactions.begin(1)
-    outcome: list[Exception | None] = []
-    waiting = threading.Thread(
-        target=lambda: outcome.append(transactions.finish(0, TopicPartition("positions", 0, 5)))
-    )
-    with transactions._cond:  # partition 0's thread cannot wake until this block ends
-        waiting.start()
-        transactions._cond.wait(0.2)  # lets it hand in and wait
-        assert transactions.finish(1, TopicPartition("positions", 1, 5)) is None
-        for position in (6, 7):
-            transactions.begin(1)
-            assert transactions.finish(1, TopicPartition("positions", 1, position)) is None
-    waiting.join(5)
-    assert not waiting.is_alive(), "partition 0 never learnt its transaction's outcome"
-    assert outcome == [None]
-
-
 class _FencedAtCommit(_Producer):
     """The first producer built is fenced at its first commit, as a member that found this
     process gone from the group fences it (relay.kafka.departed_members)."""
@@ -181,3 +136,41 @@ def test_a_process_fenced_by_a_member_that_found_it_gone_goes_on_with_a_new_prod
     assert transactions.finish(0, TopicPartition("positions", 0, 5)) is None
     assert isinstance(transactions.producer, _Producer)
     assert transactions.producer.calls == ["init", "begin", "offsets 1", "commit"]
+
+
+class _SlowCommit(_Producer):
+    """A commit that lasts until the test lets it end."""
+
+    committing = threading.Event()
+    release = threading.Event()
+
+    def commit_transaction(self, *_args: object) -> None:
+        type(self).committing.set()
+        type(self).release.wait(10)
+        super().commit_transaction()
+
+
+def test_the_groups_poll_goes_on_while_the_brokers_commit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The commit's round trips to the brokers hold neither the shared transaction's lock
+    nor the group metadata's: the polling thread (heartbeats, rebalances) goes on."""
+    monkeypatch.setattr(_SlowCommit, "committing", threading.Event())
+    monkeypatch.setattr(_SlowCommit, "release", threading.Event())
+    transactions = _transactions(monkeypatch)
+    monkeypatch.setattr(transactions, "producer", _SlowCommit())
+    transactions.begin(0)
+    ending = threading.Thread(
+        target=lambda: transactions.finish(0, TopicPartition("positions", 0, 5))
+    )
+    ending.start()
+    assert _SlowCommit.committing.wait(5)
+    try:
+        polled = threading.Thread(target=transactions.poll, args=(0,))
+        polled.start()
+        polled.join(5)
+        assert not polled.is_alive(), "the group's poll waited for the brokers' commit"
+    finally:
+        _SlowCommit.release.set()
+    ending.join(5)
+    assert transactions.producer.calls == ["begin", "offsets 1", "commit"]

@@ -193,6 +193,7 @@ def test_after_an_ambiguous_commit_the_relay_restarts_and_publishes_every_row_on
     assert kafka.positions[0] == CommittedPosition(6, OWNER)
     assert publisher.resets == 1
     assert kafka.epochs[0] == 2  # fenced again by the new producer
+    relay.housekeep()
     assert outbox.rows[0] == []
 
 
@@ -292,8 +293,9 @@ def test_after_an_aborted_batch_the_position_is_read_again_before_retrying() -> 
 
 
 def test_a_busy_partition_deletes_its_published_rows_at_most_every_interval() -> None:
-    """Housekeeping (the floor, deleting published rows) runs after a batch only when the
-    interval has passed since the last time, and whenever nothing is pending."""
+    """Housekeeping (the floor, deleting published rows) runs after a batch, or when
+    nothing is pending, only when the interval has passed since the last time: a partition
+    that empties its rows at every batch does not run a database transaction per batch."""
     outbox, kafka = MemoryOutbox(), MemoryKafka()
     outbox.add(*(record(0, s) for s in range(1, 7)))
     clock = FakeClock()
@@ -316,7 +318,10 @@ def test_a_busy_partition_deletes_its_published_rows_at_most_every_interval() ->
     outbox.add(record(0, 7))
     relay.publish_batch()
     assert (outbox.published_floor(0), len(outbox.rows[0])) == (6, 1)
-    assert relay.publish_batch() is None  # nothing pending: catch up at once
+    assert relay.publish_batch() is None  # nothing pending, within the interval
+    assert (outbox.published_floor(0), len(outbox.rows[0])) == (6, 1)
+    clock.now += 1.0
+    assert relay.publish_batch() is None  # nothing pending: catch up
     assert (outbox.published_floor(0), outbox.rows[0]) == (7, [])
 
 
@@ -370,3 +375,28 @@ def test_a_floor_recorded_while_the_position_was_read_does_not_refuse_it() -> No
     publisher.fence = fence_then_overtaken  # type: ignore[method-assign]
     relay = PartitionRelay(0, outbox, publisher, owner=OWNER, clock=FakeClock())
     assert relay.start() == 0
+
+
+def test_every_batch_announced_to_a_shared_transaction_joins_it_or_withdraws() -> None:
+    """A partition announces its batch before it reads its rows (a process's shared
+    transaction waits for it): every announcement ends in a transaction joined, or a
+    withdrawal, also when the read fails, else the shared transaction would wait on."""
+    from relay.errors import RetriableError
+
+    outbox, kafka = MemoryOutbox(), MemoryKafka()
+    outbox.add(*(record(0, s) for s in range(1, 6)))
+    publisher = kafka.publisher(0)
+    relay = PartitionRelay(0, outbox, publisher, owner=OWNER, clock=FakeClock(), batch_size=2)
+    relay.start()
+    original_fetch, failures = outbox.fetch, [RetriableError("connection lost")]
+
+    def fetch_failing_once(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        if failures:
+            raise failures.pop()
+        return original_fetch(*args, **kwargs)  # type: ignore[arg-type]
+
+    outbox.fetch = fetch_failing_once  # type: ignore[method-assign]
+    relay.drain()
+    assert [r.seq for r in kafka.committed] == [1, 2, 3, 4, 5]
+    # the failed read, withdrawn, then three batches that joined their transactions
+    assert (publisher.prepared, publisher.withdrawn) == (4, 1)
