@@ -44,6 +44,12 @@ class CommitWatch:
         wakeup.clear()
         return woken
 
+    def pending(self, partition: int, position: int) -> bool:
+        """Whether the last check saw a committed marker of ``partition`` above
+        ``position`` (True before the first check)."""
+        top = self._seen.get(partition)
+        return top is None or top > position
+
     def wake_all(self) -> None:
         for wakeup in self._wakeups.values():
             wakeup.set()

@@ -313,6 +313,8 @@ class ProcessRelay:
             self._activity.add(
                 f"p{result.partition}", result.records, result.first_seq, result.last_seq
             )
+            if not watch.pending(relay.partition, relay.position):  # published all drawn
+                watch.wait(relay.partition, self._settings.poll_interval_s)
         return DrainResult(relay.partition, records, batches, relay.position)
 
 

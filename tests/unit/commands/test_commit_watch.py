@@ -68,3 +68,21 @@ def test_run_checks_until_stopped_survives_database_errors_and_wakes_everyone() 
     watch.run(stop)
     assert calls == 3
     assert all(watch.wait(partition, timeout=0) for partition in (0, 1))  # woken on stop
+
+
+def test_a_partition_has_rows_pending_only_above_what_the_last_check_saw() -> None:
+    """A partition that published up to the top its last check saw waits for a wake-up
+    instead of reading the outbox again for nothing (and, in its process's shared
+    transaction, keeping the others waiting while it reads)."""
+    tops = Tops()
+    watch = CommitWatch([0, 1, 2], tops, interval_s=0.01)
+    assert watch.pending(0, 0)  # not checked yet: read to find out
+    watch.check()
+    assert not watch.pending(0, 0)
+    tops.now[0] = 12
+    watch.check()
+    assert watch.pending(0, 5)
+    assert not watch.pending(0, 12)  # published up to the top
+    tops.now[0] = 0  # published and cleaned up
+    watch.check()
+    assert not watch.pending(0, 12)
