@@ -3,8 +3,9 @@
 Both ``relay mirror`` (continuous, group subscription or ``--once``, manual assignment)
 and each Spark task of ``jobs/mirror.py`` run this loop. A batch of one partition is
 applied when it is full, when the partition is read up to its last stable offset (once
-everything the consumer has already fetched is buffered), when nothing more arrives, or
-when its first record has waited ``max_wait_s``.
+everything the consumer has already fetched is buffered), when a continuous loop has
+taken everything fetched, when nothing more arrives, or when its first record has waited
+``max_wait_s``.
 
 Where each partition starts comes only from the database (:meth:`MirrorLoop.assigned`).
 When the compare-and-set of the stored offset fails, another consumer has applied the
@@ -193,7 +194,13 @@ class MirrorLoop:
         has already fetched, up to ``batch_size`` events; the partitions that reached
         their end meanwhile, or None when nothing came. A partition end is acted on only
         once what was fetched with it is buffered: a mirror that fell behind finds an
-        end reported after every fetch, and one batch per stale end kept it behind."""
+        end reported after every fetch, and one batch per stale end kept it behind.
+
+        A continuous loop that took everything fetched treats each partition with
+        records buffered as ended: under a steady stream of transactions the last stable
+        offset seldom reaches the high watermark, and librdkafka reports an end only
+        there, so the records waited for ``max_wait_s``. The batches grow with the load
+        all the same: the records that arrive while one is applied wait for the next."""
         event = stream.poll(timeout)
         if event is None:
             return None
@@ -207,8 +214,10 @@ class MirrorLoop:
                 self._on_record(event, self._clock.monotonic())
             taken += 1
             if taken >= self._batch_size or self._stop.is_set():
-                break
+                return ended
             event = stream.poll(0)
+        if self._targets is None:  # all fetched is taken: apply it, as at an end
+            ended.update((tp, None) for tp, cursor in self._cursors.items() if cursor.buffer)
         return ended
 
     def _on_record(self, record: KafkaRecord, now: float) -> None:

@@ -226,10 +226,11 @@ def names(store: MemoryStore) -> Mapping[object, object]:
 @dataclass
 class FetchedStream:
     """What a continuous consumer that fell behind has already fetched: records and the
-    partition ends reported after each fetch, delivered in that order; after them nothing,
-    and ``stop`` is set (the loop's run ends)."""
+    partition ends reported after each fetch, delivered in that order (a None: the
+    consumer has nothing fetched at that moment); after them nothing, and ``stop`` is set
+    (the loop's run ends)."""
 
-    events: list[KafkaRecord | PartitionEnd]
+    events: list[KafkaRecord | PartitionEnd | None]
     stop: threading.Event = field(default_factory=threading.Event)
 
     def assign(self, partitions: Sequence[TopicPartitionKey], listener: AssignmentListener) -> None:

@@ -12,7 +12,14 @@ import pytest
 from relay.errors import GaveUpError, MirrorOffsetConflict
 from relay.mirroring.applier import Applier
 from relay.mirroring.loop import MirrorLoop
-from relay.mirroring.types import Batch, Delete, TopicPartitionKey, Upsert
+from relay.mirroring.types import (
+    Batch,
+    Delete,
+    KafkaRecord,
+    PartitionEnd,
+    TopicPartitionKey,
+    Upsert,
+)
 from relay.runtime.retry import RetryPolicy
 from tests.fakes.mirroring import (
     FakeStream,
@@ -311,6 +318,29 @@ def test_partition_ends_already_overtaken_do_not_cut_batches() -> None:
     loop.run(stream, stream.stop)
     assert sorted(batches) == [(P0, 5), (P1, 5)]
     assert store.offsets == {P0: 5, P1: 5}
+
+
+def test_a_continuous_mirror_applies_what_it_has_fetched_without_waiting_for_a_partition_end() -> (
+    None
+):
+    """Under a steady stream of transactions a partition's last stable offset rarely
+    reaches its high watermark, so the consumer seldom reports an end: once everything
+    fetched is taken, the partitions with records are applied, not held for
+    ``max_wait_s``."""
+    store = MemoryStore()
+    batches: list[tuple[TopicPartitionKey, int]] = []
+    store.before_apply = lambda batch: batches.append(
+        ((batch.topic, batch.partition), len(batch.items))
+    )
+    fetches: list[KafkaRecord | PartitionEnd | None] = []
+    for fetch in range(3):
+        fetches += [record(2 * fetch + i, 2 * fetch + i, f"n{fetch}{i}") for i in (0, 1)]
+        fetches.append(None)
+    stream = FetchedStream(fetches)
+    loop = make_loop(store, None)
+    stream.assign([P0], loop)
+    loop.run(stream, stream.stop)
+    assert batches == [(P0, 2), (P0, 2), (P0, 2)]
 
 
 def test_a_skipped_tombstone_is_counted_and_logged(caplog: pytest.LogCaptureFixture) -> None:
