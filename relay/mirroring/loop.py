@@ -194,13 +194,10 @@ class MirrorLoop:
         has already fetched, up to ``batch_size`` events; the partitions that reached
         their end meanwhile, or None when nothing came. A partition end is acted on only
         once what was fetched with it is buffered: a mirror that fell behind finds an
-        end reported after every fetch, and one batch per stale end kept it behind.
-
-        A continuous loop that took everything fetched treats each partition with
-        records buffered as ended: under a steady stream of transactions the last stable
-        offset seldom reaches the high watermark, and librdkafka reports an end only
-        there, so the records waited for ``max_wait_s``. The batches grow with the load
-        all the same: the records that arrive while one is applied wait for the next."""
+        end reported after every fetch, and one batch per stale end kept it behind. A
+        continuous loop that took everything fetched ends each partition with records
+        buffered: librdkafka reports an end only where the last stable offset meets the
+        high watermark, seldom under a steady stream of transactions."""
         event = stream.poll(timeout)
         if event is None:
             return None

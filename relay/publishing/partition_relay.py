@@ -216,8 +216,7 @@ class PartitionRelay:
         self._housekept_at = self._clock.monotonic()
 
     def _housekeep_if_due(self, now: float) -> None:
-        """:meth:`housekeep` at most every ``housekeeping_every_s``: a partition that
-        publishes every few milliseconds finds nothing pending after each batch."""
+        """:meth:`housekeep` at most every ``housekeeping_every_s``."""
         if now - self._housekept_at >= self._housekeeping_every_s:
             self.housekeep()
 
