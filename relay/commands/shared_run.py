@@ -43,6 +43,9 @@ class _Worker:
         self.thread, self.stop = thread, stop
 
 
+_PREDECESSOR_POLL_S = 0.5  # how often a waiting worker looks whether it was stopped
+
+
 class PartitionWorkers(Generic[K, R]):
     """The relay partitions (or, with ``noun``, other units) this process runs now.
     ``assigned`` and ``revoked`` are called by the membership (on the polling thread),
@@ -69,6 +72,9 @@ class PartitionWorkers(Generic[K, R]):
         self._wake = wake
         self._lock = threading.Lock()
         self._workers: dict[K, _Worker] = {}
+        # Revoked workers that had not finished their batch when given up on: the next
+        # worker of their partition here starts once they have ended.
+        self._lingering: dict[K, threading.Thread] = {}
         self._assigned: set[K] = set()
         self._fenced_at: dict[K, float] = {}
         self._failure: BaseException | None = None
@@ -97,7 +103,7 @@ class PartitionWorkers(Generic[K, R]):
         )
         with self._lock:
             self._assigned.difference_update(partitions)
-            leaving = [w for p in partitions if (w := self._workers.pop(p, None)) is not None]
+            leaving = {p: w for p in partitions if (w := self._workers.pop(p, None)) is not None}
             for partition in partitions:
                 self._fenced_at.pop(partition, None)
         self._join(leaving)
@@ -124,7 +130,7 @@ class PartitionWorkers(Generic[K, R]):
 
     def stop_all(self) -> None:
         with self._lock:
-            leaving = list(self._workers.values())
+            leaving = dict(self._workers)
             self._workers.clear()
         self._join(leaving)
 
@@ -134,28 +140,43 @@ class PartitionWorkers(Generic[K, R]):
         stop = threading.Event()
         thread = threading.Thread(
             target=self._body,
-            args=(partition, stop),
+            args=(partition, stop, self._lingering.pop(partition, None)),
             name=f"{self._thread_prefix}{partition}",
             daemon=True,
         )
         self._workers[partition] = _Worker(thread, stop)
         thread.start()
 
-    def _join(self, workers: Sequence[_Worker]) -> None:
-        for worker in workers:
+    def _join(self, workers: dict[K, _Worker]) -> None:
+        for worker in workers.values():
             worker.stop.set()
         self._wake()
         deadline = self._clock.monotonic() + self._stop_within_s
-        for worker in workers:
+        for partition, worker in workers.items():
             worker.thread.join(max(0.0, deadline - self._clock.monotonic()))
             if worker.thread.is_alive():
                 log.warning(
-                    "%s did not finish its batch within %.0f s; its successor fences it",
+                    "%s did not finish its batch within %.0f s; a successor elsewhere fences "
+                    "it, one here waits for it to end",
                     worker.thread.name,
                     self._stop_within_s,
                 )
+                with self._lock:
+                    self._lingering[partition] = worker.thread
 
-    def _body(self, partition: K, stop: threading.Event) -> None:
+    def _body(
+        self, partition: K, stop: threading.Event, predecessor: threading.Thread | None
+    ) -> None:
+        """Run ``partition`` once ``predecessor``, its revoked worker here, has ended: two
+        at once would publish the same rows (through one producer, nothing fences)."""
+        while predecessor is not None and predecessor.is_alive() and not stop.is_set():
+            predecessor.join(_PREDECESSOR_POLL_S)
+        if stop.is_set():
+            with self._lock:
+                if predecessor is not None and predecessor.is_alive():
+                    self._lingering.setdefault(partition, predecessor)
+                self._forget(partition, stop)
+            return
         try:
             result = self._run(partition, stop)
         except ProducerFencedError as exc:

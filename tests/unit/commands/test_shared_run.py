@@ -111,3 +111,48 @@ def test_the_count_watch_asks_every_few_seconds_and_survives_a_failed_read() -> 
     assert watch()
     clock.now += 5
     assert not watch()  # a failed read is no change
+
+
+def test_a_partition_taken_back_waits_for_its_worker_that_has_not_finished() -> None:
+    """A worker that outlives its revocation (its batch's transaction has not ended yet)
+    still publishes the relay partition here: taken back, the partition gets its new
+    worker only once the old one has ended. Two at once read the same position and, in
+    the process's shared transaction, committed the same rows twice."""
+    release = threading.Event()
+    started: list[threading.Event] = [threading.Event(), threading.Event()]
+    active: Counter[int] = Counter()
+    most: list[int] = []
+    lock = threading.Lock()
+
+    def run(partition: int, stop: threading.Event) -> DrainResult:
+        with lock:
+            first = not started[0].is_set()
+            active[partition] += 1
+            most.append(active[partition])
+        started[0 if first else 1].set()
+        try:
+            (release if first else stop).wait(30)  # the first outlives its revocation
+        finally:
+            with lock:
+                active[partition] -= 1
+        return DrainResult(partition, 0, 0, 0)
+
+    workers = PartitionWorkers(
+        run,
+        clock=FakeClock(),
+        retake_after_s=20,
+        stop_within_s=0.1,
+        released=lambda _p: None,
+        wake=lambda: None,
+    )
+    workers.assigned([0])
+    assert started[0].wait(10)
+    workers.revoked([0])  # gives up waiting for it after 0.1 s
+    workers.assigned([0])
+    try:
+        assert not started[1].wait(0.5), "a second worker ran beside the first"
+    finally:
+        release.set()
+    assert started[1].wait(10)
+    workers.stop_all()
+    assert max(most) == 1
