@@ -81,9 +81,14 @@ class SharedTransaction(Generic[P]):
                 self._end(self._number)
 
     def begin(self, partition: int) -> None:
-        """Join the open transaction, or open one."""
+        """Join the open transaction, or open one. A partition already in the open
+        transaction with its part unfinished (its send in doubt, its transaction timed
+        out) aborts it first: what it sent then must not commit beside what it sends."""
         with self._cond:
             self._coming.discard(partition)
+            if self._open and partition in self._joined and partition not in self._arrived:
+                why = f"relay partition {partition} began again with its part unfinished"
+                self._hand_in(partition, None, why)
             self._cond.wait_for(lambda: not self._committing)
             self._joining()
             if not self._open:
@@ -97,26 +102,32 @@ class SharedTransaction(Generic[P]):
         aborts) and wait for the transaction's end; its outcome: None when committed,
         else the error (the same for every partition of the transaction)."""
         with self._cond:
-            if not self._open or partition not in self._joined or partition in self._arrived:
-                return None  # not in the open transaction: nothing to end
-            number = self._number
-            self._arrived[partition] = position
-            if position is None and self._doomed is None:
-                self._doomed = f"relay partition {partition} failed its part"
-            if self._complete():
-                self._end(number)
-            elif (
-                not self._cond.wait_for(lambda: number in self._outcomes, self._wait_s)
-                and self._open
-                and self._number == number
-            ):
-                self._coming.clear()  # reading for this long: they join the next one
-                missing = sorted(self._joined - self._arrived.keys())
-                if missing:  # a partition's thread stopped on an error of its own
-                    self._doomed = f"relay partitions {missing} never finished their part"
-                self._end(number)
-            self._cond.wait_for(lambda: number in self._outcomes)  # ended by another
-            return self._outcomes[number]
+            why = f"relay partition {partition} failed its part"
+            return self._hand_in(partition, position, why)
+
+    def _hand_in(self, partition: int, position: P | None, why: str) -> Exception | None:
+        """:meth:`finish` with the lock held (``why``: what dooms the transaction when
+        ``position`` is None)."""
+        if not self._open or partition not in self._joined or partition in self._arrived:
+            return None  # not in the open transaction: nothing to end
+        number = self._number
+        self._arrived[partition] = position
+        if position is None and self._doomed is None:
+            self._doomed = why
+        if self._complete():
+            self._end(number)
+        elif (
+            not self._cond.wait_for(lambda: number in self._outcomes, self._wait_s)
+            and self._open
+            and self._number == number
+        ):
+            self._coming.clear()  # reading for this long: they join the next one
+            missing = sorted(self._joined - self._arrived.keys())
+            if missing:  # a partition's thread stopped on an error of its own
+                self._doomed = f"relay partitions {missing} never finished their part"
+            self._end(number)
+        self._cond.wait_for(lambda: number in self._outcomes)  # ended by another
+        return self._outcomes[number]
 
     def _complete(self) -> bool:
         """Every partition of the open transaction handed in, and none is still reading

@@ -155,3 +155,22 @@ def test_partitions_announce_their_next_batches_while_the_transaction_ends() -> 
     shared.withdraw(1)
     second.join(5)
     assert recorder.calls == ["open", "commit 1 {0: 5}", "open", "commit 2 {0: 6}"]
+
+
+def test_a_partition_that_begins_again_with_its_part_unfinished_aborts_that_transaction() -> None:
+    """Partition 1 joined, sent (say) and never handed in: a send in doubt, a transaction
+    that timed out. When it begins again, with its position read again, what it sent the
+    first time must not commit beside what it sends now: that transaction aborts, and the
+    retry goes into the next one."""
+    recorder = _Recorder()
+    shared = _shared(recorder)
+    shared.begin(0)
+    shared.begin(1)
+    again = threading.Thread(target=shared.begin, args=(1,))
+    again.start()
+    first = _finishing(shared, 0, 5)
+    first.join(5)
+    again.join(5)
+    assert not again.is_alive()
+    assert shared.finish(1, 7) is None
+    assert recorder.calls == ["open", "abort 1", "open", "commit 2 {1: 7}"]
