@@ -17,7 +17,7 @@ import logging
 from relay.kafka.replica_topics import TopicPlanner
 from relay.postgres.engine import Database
 from relay.postgres.migrations import check_schema
-from relay.postgres.mirror_store import group_offsets
+from relay.postgres.mirror_offsets import group_offsets
 from relay.postgres.outbox_source import PostgresOutboxSource
 from relay.settings.mirror import LEGACY_GROUP as LEGACY_MIRROR_GROUP
 from relay.settings.mirror import MirrorSettings

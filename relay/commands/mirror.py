@@ -48,12 +48,8 @@ from relay.mirroring.types import (
 from relay.postgres import mirror_freshness as freshness
 from relay.postgres.engine import Database
 from relay.postgres.mirror_catalog import resolve_tables
-from relay.postgres.mirror_store import (
-    PostgresMirrorStore,
-    group_offsets,
-    reset_offsets,
-    tables_with_rows,
-)
+from relay.postgres.mirror_offsets import group_offsets, reset_offsets, tables_with_rows
+from relay.postgres.mirror_store import PostgresMirrorStore
 from relay.runtime.clock import Clock, SystemClock
 from relay.runtime.failpoints import Failpoints
 from relay.runtime.metrics import MirrorMetrics

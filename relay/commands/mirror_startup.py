@@ -19,7 +19,7 @@ from relay.postgres import mirror_freshness as freshness
 from relay.postgres.engine import Database, open_database
 from relay.postgres.migrations import check_schema
 from relay.postgres.mirror_catalog import resolve_tables
-from relay.postgres.mirror_store import group_offsets
+from relay.postgres.mirror_offsets import group_offsets
 from relay.settings.mirror import MirrorSettings
 
 if TYPE_CHECKING:  # commands use the PostgreSQL adapter's handle, never SQLAlchemy itself
@@ -43,6 +43,9 @@ def mirror_database(settings: MirrorSettings, *, pooled: bool = True) -> Databas
         application_name="relay-mirror",
         idle_transaction_timeout_s=settings.idle_transaction_timeout_s,
         pooled=pooled,
+        # No ping per checkout (a round trip a batch, a tenth of its time): every call of
+        # the mirror is tried again after a broken connection, a RetriableError.
+        pre_ping=False,
     )
 
 

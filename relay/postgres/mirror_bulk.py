@@ -4,9 +4,11 @@ table, then a few set-based statements.
 Per batch and table (``current`` and ``changelog`` tables; ``scd2`` tables go record by
 record, mirror_statements)::
 
-    CREATE TEMP TABLE relay_mirror_stage_N ON COMMIT DROP AS
+    once per connection (the staging table is emptied at each commit; creating and
+    dropping one per batch cost a round trip and churned the system catalogs):
+    CREATE TEMP TABLE IF NOT EXISTS relay_mirror_stage_<shape> ON COMMIT DELETE ROWS AS
         SELECT <op, guard, round>, <the row's columns> FROM t WITH NO DATA   (t's types)
-    COPY relay_mirror_stage_N FROM STDIN                    (one row per operation)
+    COPY relay_mirror_stage_<shape> FROM STDIN              (one row per operation)
     current, per round R (relay.mirroring.bulk: the R-th operation of each key):
         DELETE FROM t USING stage WHERE round = R AND op = 'd' AND key matches
             AND (guard IS NULL OR t.version <= guard)
@@ -20,12 +22,13 @@ key's operations run in record order. A current table whose key the database com
 otherwise than Python (a column of another type than integers, text of the default or C
 collation, numbers, uuid, bytea, dates and times, booleans) goes record by record, and
 so do a batch's hot keys (more than ``ROUNDS_LIMIT`` operations). All of it runs in the
-batch's transaction, inside the store's savepoint: when a statement fails, the store
-rolls back to it and applies the batch record by record.
+batch's transaction: when a statement fails, the store rolls the batch back and applies
+it again record by record.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import itemgetter
@@ -40,6 +43,7 @@ from relay.mirroring.types import Append, ColumnKind, Delete, Op, ResolvedTable,
 
 _PREPARER = postgresql.psycopg.dialect().identifier_preparer  # type: ignore[no-untyped-call]
 _OP, _GUARD, _ROUND = "relay_stage_op", "relay_stage_guard", "relay_stage_round"
+_STAGING_TABLES = "relay_mirror_staging_tables"  # in the connection's info: created there
 _SAME_EQUALITY = frozenset(
     {
         ColumnKind.INTEGER,
@@ -69,8 +73,8 @@ class BulkWriter:
         by_record: ByRecord,
     ) -> None:
         self._bulk = {
-            t.table: BulkTable(t, reflected[t.table], number)
-            for number, t in enumerate(tables)
+            t.table: BulkTable(t, reflected[t.table])
+            for t in tables
             if t.mapping.history.mode == "changelog"
             or (t.mapping.history.mode == "current" and _same_equality(t, reflected[t.table]))
         }
@@ -90,7 +94,7 @@ class BulkWriter:
 class BulkTable:
     """The bulk SQL of one ``current`` or ``changelog`` table."""
 
-    def __init__(self, resolved: ResolvedTable, table: sa.Table, number: int) -> None:
+    def __init__(self, resolved: ResolvedTable, table: sa.Table) -> None:
         mapping = resolved.mapping
         self._changelog = mapping.history.mode == "changelog"
         self._key = mapping.key.columns
@@ -109,12 +113,18 @@ class BulkTable:
         self._blank = (None,) * (len(self._columns) - len(self._key))
         q = _PREPARER.quote
         target = _PREPARER.format_table(table)
-        stage = q(f"relay_mirror_stage_{number}")
         listed = ", ".join(q(c) for c in self._columns)
-        self._create = (
-            f"CREATE TEMP TABLE {stage} ON COMMIT DROP AS SELECT "
+        shape = (
             f'NULL::"char" AS {_OP}, NULL::bigint AS {_GUARD}, NULL::integer AS {_ROUND}, '
-            f"{listed} FROM {target} WITH NO DATA"
+            f"{listed} FROM {target}"
+        )
+        # Named after its shape: a session's stores of other tables never share it.
+        digest = hashlib.blake2b(shape.encode(), digest_size=10).hexdigest()
+        self._stage_name = f"relay_mirror_stage_{digest}"
+        stage = q(self._stage_name)
+        self._create = (
+            f"CREATE TEMP TABLE IF NOT EXISTS {stage} ON COMMIT DELETE ROWS AS SELECT "
+            f"{shape} WITH NO DATA"
         )
         self._copy = f"COPY {stage} ({_OP}, {_GUARD}, {_ROUND}, {listed}) FROM STDIN"
         inserted = ", ".join(q(c) for c in (*self._columns, *applied))
@@ -201,7 +211,10 @@ class BulkTable:
         return found
 
     def _stage(self, conn: Connection, rows: Iterable[tuple[object, ...]]) -> None:
-        conn.exec_driver_sql(self._create)
+        staged = conn.info.setdefault(_STAGING_TABLES, set())
+        if self._stage_name not in staged:
+            conn.exec_driver_sql(self._create)
+            staged.add(self._stage_name)
         driver = conn.connection.driver_connection
         if not isinstance(driver, psycopg.Connection):  # the engine factory makes psycopg's
             raise TypeError(f"COPY needs a psycopg connection, not {type(driver).__name__}")
@@ -211,6 +224,13 @@ class BulkTable:
                     copy.write_row(row)
         except psycopg.Error as exc:  # as SQLAlchemy would raise it: the store's handling
             raise sa.exc.DBAPIError.instance(self._copy, None, exc, psycopg.Error) from exc
+
+
+def forget_staging_tables(conn: Connection) -> None:
+    """After a rolled-back transaction: the staging tables it created are gone, and are
+    created again when next needed (``CREATE ... IF NOT EXISTS``: those created before
+    it are still there)."""
+    conn.info.pop(_STAGING_TABLES, None)
 
 
 def _same_equality(resolved: ResolvedTable, table: sa.Table) -> bool:

@@ -5,11 +5,13 @@ One batch is one transaction::
     UPDATE mirror_offsets SET next_offset = :next, topic_id = :id, topic_partitions = :n
     WHERE ... AND next_offset = :expected AND (topic_id IS NULL OR topic_id = :id)
     (or INSERT ... ON CONFLICT DO NOTHING for a partition's first batch; 0 rows: conflict)
-    SAVEPOINT; the row operations in bulk (mirror_bulk: COPY into a staging table, a few
-        set-based statements); on a constraint or data error: ROLLBACK TO SAVEPOINT, then
-        one SAVEPOINT per record (mirror_statements), dead-lettering the failures; on another
-        error (e.g. no right to create a temporary table): the operations in record order in
-        one SAVEPOINT (mirror_statements, pipelined), then per record as above
+    the row operations in bulk (mirror_bulk: COPY into a staging table, a few set-based
+        statements); when they fail, the transaction rolls back and the batch is applied
+        again: on a constraint or data error, one SAVEPOINT per record (mirror_statements),
+        dead-lettering the failures; on another error (e.g. no right to create a temporary
+        table), the operations in record order in one SAVEPOINT (mirror_statements,
+        pipelined), then per record as above, and later batches try the bulk statements
+        inside a SAVEPOINT
     INSERT INTO mirror_dead_letters ...
     (the batch's latest heartbeats into mirror_heartbeats, after the offset: mirror_freshness)
     COMMIT
@@ -40,15 +42,14 @@ from relay.mirroring.types import (
     Op,
     ResolvedTable,
     StoredOffset,
-    TopicIdentity,
     TopicPartitionKey,
     Upsert,
 )
 from relay.postgres.engine import Database, driver_message, is_transient
-from relay.postgres.mirror_bulk import BulkWriter
+from relay.postgres.mirror_bulk import BulkWriter, forget_staging_tables
 from relay.postgres.mirror_freshness import store_heartbeats
 from relay.postgres.mirror_statements import TableStatements
-from relay.postgres.schema import mirror_dead_letters, mirror_offsets
+from relay.postgres.schema import mirror_dead_letters
 from relay.runtime.secrets import mask_text
 
 _SELECT_OFFSETS = sa.text(
@@ -69,12 +70,6 @@ _FIRST = sa.text(
     "(consumer_group, topic, partition, next_offset, topic_id, topic_partitions) "
     "VALUES (:group, :topic, :partition, :next, :topic_id, :partitions) "
     "ON CONFLICT DO NOTHING"
-)
-_RESET = sa.text(
-    "UPDATE mirror_offsets SET next_offset = 0, topic_id = :topic_id, updated_at = now(), "
-    "topic_partitions = CASE WHEN partition < :partitions THEN CAST(:partitions AS integer) END "
-    "WHERE consumer_group = :group AND topic = :topic AND partition = :partition "
-    "AND next_offset = :expected AND topic_id IS NOT DISTINCT FROM :old_id"
 )
 log = logging.getLogger(__name__)
 
@@ -98,6 +93,7 @@ class PostgresMirrorStore:
         self._statements = {t.table: TableStatements(t, reflected[t.table]) for t in tables}
         self._bulk = BulkWriter(tables, reflected, self.run_operations)
         self._bulk_warned = False
+        self._bulk_healthy = True  # no failure of the bulk path but on a record so far
 
     def stored_offsets(
         self, partitions: Sequence[TopicPartitionKey]
@@ -114,21 +110,34 @@ class PostgresMirrorStore:
         }
 
     def apply(self, batch: Batch, before_commit: Callable[[], None]) -> ApplyResult:
-        with (
-            # Lost connections, deadlocks and serialization failures are retriable: the
-            # batch was rolled back, or committed (the retry's compare-and-set tells which).
-            self._database.errors(f"applying {batch.topic}[{batch.partition}]", retriable=True),
-            self._database.engine.connect() as conn,
-            conn.begin(),
-        ):
-            self._advance(conn, batch)
-            store_heartbeats(conn, self._group, batch.topic, batch.partition, batch.items)
-            applied, dead = self._write(conn, batch)
-            if dead:
-                conn.execute(_INSERT_DEAD, [self._dead_row(d) for d in dead])
-            before_commit()
+        # Lost connections, deadlocks and serialization failures are retriable: the batch
+        # was rolled back, or committed (the retry's compare-and-set tells which).
+        with self._database.errors(f"applying {batch.topic}[{batch.partition}]", retriable=True):
+            try:
+                applied, dead = self._applied(batch, before_commit, None)
+            except _BulkRefused as refused:  # rolled back: again, without the bulk path
+                applied, dead = self._applied(batch, before_commit, refused.by_record)
         skipped = sum(1 for item in batch.items if item.skipped)
         return ApplyResult(applied, skipped, tuple(dead))
+
+    def _applied(
+        self, batch: Batch, before_commit: Callable[[], None], by_record: bool | None
+    ) -> tuple[int, list[DeadLetter]]:
+        """One transaction of ``batch``; ``by_record`` after the bulk path failed on a
+        record (True) or otherwise (False)."""
+        with self._database.engine.connect() as conn:
+            try:
+                with conn.begin():
+                    self._advance(conn, batch)
+                    store_heartbeats(conn, self._group, batch.topic, batch.partition, batch.items)
+                    applied, dead = self._write(conn, batch, by_record)
+                    if dead:
+                        conn.execute(_INSERT_DEAD, [self._dead_row(d) for d in dead])
+                    before_commit()
+            except BaseException:
+                forget_staging_tables(conn)
+                raise
+        return applied, dead
 
     def _advance(self, conn: Connection, batch: Batch) -> None:
         params = {
@@ -153,18 +162,26 @@ class PostgresMirrorStore:
                 batch.expected,
             )
 
-    def _write(self, conn: Connection, batch: Batch) -> tuple[int, list[DeadLetter]]:
+    def _write(
+        self, conn: Connection, batch: Batch, by_record: bool | None
+    ) -> tuple[int, list[DeadLetter]]:
         items = batch.items
         dead = [DeadLetter(item.record, item.error) for item in items if item.error is not None]
         with_ops = [item for item in items if item.ops]
         ops = [op for item in with_ops for op in item.ops]
-        by_record = False  # the bulk path failed on a record: find it record by record
-        if ops:
+        if ops and by_record is None and self._bulk_healthy:
+            try:  # no savepoint (two round trips a batch): a failure rolls the batch back
+                self._bulk.apply(conn, ops)
+            except DBAPIError as exc:
+                raise _BulkRefused(self._bulk_failed(exc, batch)) from exc
+            return len(with_ops), dead
+        if ops and by_record is None:  # the bulk path failed before, not on a record
             try:
                 with conn.begin_nested():
                     self._bulk.apply(conn, ops)
                 return len(with_ops), dead
             except DBAPIError as exc:
+                forget_staging_tables(conn)
                 by_record = self._bulk_failed(exc, batch)
         if not by_record:
             try:
@@ -196,14 +213,15 @@ class PostgresMirrorStore:
         return applied, dead
 
     def _bulk_failed(self, exc: DBAPIError, batch: Batch) -> bool:
-        """After the bulk statements failed (rolled back to their savepoint): True when a
-        record caused it; raises what the batch cannot survive (a lost connection, a
-        serialization failure: retriable); else logs it once (the pipelined statements
-        take over) and returns False."""
+        """After the bulk statements failed: True when a record caused it; raises what the
+        batch cannot survive (a lost connection, a serialization failure: retriable); else
+        logs it once (the pipelined statements take over; later batches try the bulk path
+        inside a savepoint) and returns False."""
         if _record_fault(exc) is not None:
             return True
         if is_transient(exc):
             raise exc
+        self._bulk_healthy = False
         if not self._bulk_warned:
             self._bulk_warned = True
             log.warning(
@@ -236,56 +254,13 @@ class PostgresMirrorStore:
         }
 
 
-def group_offsets(database: Database, group: str) -> dict[TopicPartitionKey, StoredOffset]:
-    """Every stored offset of ``group``."""
-    c = mirror_offsets.c
-    query = sa.select(c.topic, c.partition, c.next_offset, c.topic_id, c.topic_partitions).where(
-        c.consumer_group == group
-    )
-    with database.connect("reading mirror_offsets", retriable=True) as conn:
-        return {(r[0], r[1]): StoredOffset(r[2], r[3], r[4]) for r in conn.execute(query)}
+class _BulkRefused(Exception):
+    """The bulk statements failed and the batch's transaction rolled back: ``by_record``
+    when a record caused it (found record by record), else the pipelined statements."""
 
-
-def reset_offsets(
-    database: Database,
-    group: str,
-    *,
-    topic: str,
-    identity: TopicIdentity,
-    stale: Sequence[tuple[int, StoredOffset]],
-) -> None:
-    """Move the ``stale`` offsets (partition, as read) of ``topic`` to offset 0 of the
-    topic ``identity``, in one transaction; MirrorOffsetConflict (nothing changed) when
-    one of them changed since it was read."""
-    with database.begin("resetting mirror_offsets") as conn:
-        for partition, stored in stale:
-            params = {
-                "group": group,
-                "topic": topic,
-                "partition": partition,
-                "expected": stored.next_offset,
-                "old_id": stored.topic_id,
-                "topic_id": identity.topic_id,
-                "partitions": identity.partitions,
-            }
-            if conn.execute(_RESET, params).rowcount != 1:
-                raise MirrorOffsetConflict(
-                    f"the stored offset of {topic}[{partition}] changed since it was read "
-                    "(is a mirror of the group running?); nothing changed",
-                    topic,
-                    partition,
-                    stored.next_offset,
-                )
-
-
-def tables_with_rows(database: Database, tables: Mapping[str, sa.Table]) -> list[str]:
-    """The names of ``tables`` (name -> reflected table) that hold at least one row."""
-    with database.connect("reading the mirrored tables") as conn:
-        return [
-            name
-            for name, table in tables.items()
-            if conn.execute(sa.select(sa.exists().select_from(table))).scalar()
-        ]
+    def __init__(self, by_record: bool) -> None:
+        super().__init__("the bulk statements failed")
+        self.by_record = by_record
 
 
 def _run_key(op: Op) -> tuple[str, str, bool]:
