@@ -38,18 +38,17 @@ from relay.postgres.mirror_catalog import resolve_tables
 from relay.postgres.mirror_store import PostgresMirrorStore
 from relay.runtime.secrets import Secret
 from tests.contract.conftest import memory_and
-from tests.fakes.mirroring import ITEMS_MAPPING, MemoryStore, items_table, record
+from tests.fakes.mirroring import (
+    ITEMS_DDL,
+    ITEMS_MAPPING,
+    REFUSED_NAME,
+    MemoryStore,
+    items_table,
+    record,
+)
 
 P0: TopicPartitionKey = ("t", 0)
 P1: TopicPartitionKey = ("t", 1)
-REFUSED_NAME = "refused"
-ITEMS_DDL = f"""
-CREATE TABLE items (
-    id integer PRIMARY KEY,
-    name text CHECK (name <> '{REFUSED_NAME}'),
-    version bigint NOT NULL
-)
-"""
 
 Row = tuple[object, int]  # name, version
 StoredDeadLetter = tuple[str, int, int, bytes | None, bytes | None, str]

@@ -25,6 +25,16 @@ from relay.mirroring.types import (
     Upsert,
 )
 
+REFUSED_NAME = "refused"
+ITEMS_DDL = f"""
+CREATE TABLE items (
+    id integer PRIMARY KEY,
+    name text CHECK (name <> '{REFUSED_NAME}'),
+    version bigint NOT NULL
+)
+"""
+"""The table :data:`ITEMS_MAPPING` mirrors into, in PostgreSQL: it refuses an item named
+:data:`REFUSED_NAME`."""
 ITEMS_MAPPING = {
     "tables": [
         {

@@ -18,17 +18,9 @@ from relay.postgres.engine import Database, make_engine
 from relay.postgres.mirror_catalog import resolve_tables
 from relay.postgres.mirror_store import PostgresMirrorStore
 from relay.runtime.secrets import Secret
-from tests.fakes.mirroring import ITEMS_MAPPING, items_table, record
+from tests.fakes.mirroring import ITEMS_DDL, ITEMS_MAPPING, REFUSED_NAME, items_table, record
 from tests.integration.support import RelayTestEnv, run_relay
 
-REFUSED = "refused"
-ITEMS_DDL = f"""
-CREATE TABLE items (
-    id integer PRIMARY KEY,
-    name text CHECK (name <> '{REFUSED}'),
-    version bigint NOT NULL
-)
-"""
 STAGING = (
     "SELECT oid FROM pg_class WHERE relnamespace = pg_my_temp_schema() "
     "AND starts_with(relname, 'relay_mirror_stage_')"
@@ -102,7 +94,7 @@ def test_a_record_refused_in_bulk_is_dead_lettered_and_the_rest_applied(
     store, engine = _store(relay_env.database_url)
     try:
         result = _apply(
-            store, _batch(None, record(0, 1, "a"), record(1, 2, REFUSED), record(2, 3, "c"))
+            store, _batch(None, record(0, 1, "a"), record(1, 2, REFUSED_NAME), record(2, 3, "c"))
         )
         assert (result.applied, [d.record.offset for d in result.dead_letters]) == (2, [1])
         assert _rows(engine) == {1: "a", 3: "c"}
@@ -125,7 +117,7 @@ def test_without_the_right_to_create_temporary_tables_batches_apply_without_bulk
         with caplog.at_level(logging.WARNING, logger="relay.postgres.mirror_store"):
             first = _apply(store, _batch(None, record(0, 1, "a"), record(1, 2, "b")))
             second = _apply(
-                store, _batch(2, record(2, 1, "a2"), record(3, 3, REFUSED), record(4, 4, "d"))
+                store, _batch(2, record(2, 1, "a2"), record(3, 3, REFUSED_NAME), record(4, 4, "d"))
             )
         assert (first.applied, first.dead_letters) == (2, ())
         assert (second.applied, [d.record.offset for d in second.dead_letters]) == (2, [3])
