@@ -1,6 +1,7 @@
-"""Applying one batch of one Kafka partition: decode, then one database transaction.
+"""Applying a batch of one Kafka partition, or the batches of several together: decode,
+then one database transaction.
 
-Order of one batch::
+Order of one batch (of batches applied together: each failpoint for each partition)::
 
     decode records (pure)  ->  [mirror_before_apply]  ->  BEGIN
     ->  stored offset: expected -> next (compare-and-set; 0 rows = another consumer won)
@@ -84,26 +85,68 @@ class Applier:
     def apply(self, batch: Batch) -> ApplyResult:
         """Apply ``batch`` exactly once or raise (MirrorOffsetConflict, RetriableError,
         DatabaseError) with nothing applied."""
-        partition = batch.partition
-        self._failpoints.hit("mirror_before_apply", partition)
-        traced = [
-            tracing.Applied(r.topic, r.partition, r.offset, r.headers)
-            for r in (item.record for item in batch.items)
-            if tracing.has_trace(r.headers)
-        ]  # none: OpenTelemetry is not even imported
-        spans = tracing.start_apply_spans(traced) if traced else tracing.NO_SPANS
-        try:
-            result = self._store.apply(
-                batch, before_commit=lambda: self._failpoints.hit("mirror_after_apply", partition)
-            )
-        except Exception as exc:
-            spans.end(f"not applied: {exc}")
-            raise
-        spans.end(failed={dead.record.offset: dead.error for dead in result.dead_letters})
-        self._failpoints.hit("mirror_after_commit", partition)
-        skipped = tuple(
-            (item.record.offset, item.skipped_tombstone)
-            for item in batch.items
-            if item.skipped_tombstone is not None
+        results = self._applying(
+            [batch], lambda before_commit: [self._store.apply(batch, before_commit)]
         )
-        return replace(result, skipped_tombstones=skipped) if skipped else result
+        if results is None:  # the store applies one batch whatever its records
+            raise RuntimeError("a batch applied alone was refused")
+        return results[0]
+
+    def apply_together(self, batches: Sequence[Batch]) -> list[ApplyResult] | None:
+        """Apply ``batches`` (of distinct partitions) in one transaction, or return None
+        with nothing applied (apply them one at a time), or raise as :meth:`apply`."""
+        return self._applying(
+            batches, lambda before_commit: self._store.apply_together(batches, before_commit)
+        )
+
+    def _applying(
+        self,
+        batches: Sequence[Batch],
+        store: Callable[[Callable[[], None]], list[ApplyResult] | None],
+    ) -> list[ApplyResult] | None:
+        """``store(before_commit)`` between the failpoints of each batch's partition, with
+        the records' apply spans."""
+        hit = self._failpoints.hit
+        for batch in batches:
+            hit("mirror_before_apply", batch.partition)
+        spans = [_apply_spans(batch) for batch in batches]  # each keyed by its offsets
+
+        def before_commit() -> None:
+            for batch in batches:
+                hit("mirror_after_apply", batch.partition)
+
+        try:
+            results = store(before_commit)
+        except Exception as exc:
+            for opened in spans:
+                opened.end(f"not applied: {exc}")
+            raise
+        if results is None:
+            for opened in spans:
+                opened.end("not applied with other partitions' batches: applied alone")
+            return None
+        for opened, result in zip(spans, results, strict=True):
+            opened.end(failed={dead.record.offset: dead.error for dead in result.dead_letters})
+        for batch in batches:
+            hit("mirror_after_commit", batch.partition)
+        return [
+            _with_skipped(batch, result) for batch, result in zip(batches, results, strict=True)
+        ]
+
+
+def _apply_spans(batch: Batch) -> tracing.OpenSpans:
+    traced = [
+        tracing.Applied(r.topic, r.partition, r.offset, r.headers)
+        for r in (item.record for item in batch.items)
+        if tracing.has_trace(r.headers)
+    ]  # none: OpenTelemetry is not even imported
+    return tracing.start_apply_spans(traced) if traced else tracing.NO_SPANS
+
+
+def _with_skipped(batch: Batch, result: ApplyResult) -> ApplyResult:
+    skipped = tuple(
+        (item.record.offset, item.skipped_tombstone)
+        for item in batch.items
+        if item.skipped_tombstone is not None
+    )
+    return replace(result, skipped_tombstones=skipped) if skipped else result

@@ -3,7 +3,9 @@ its own (``overlap``) so that the next batch is polled and decoded while the dat
 applies the last one (a batch's time is about half Python work, half waiting for the
 database; docs/performance.md).
 
-The lane holds one batch at most, and the loop keeps the order of the protocol (I4):
+The lane holds one hand-over at most: one batch, or the batches of several partitions
+that are applied together (in one transaction when they can be), and the loop keeps the
+order of the protocol (I4):
 
 - a batch is handed over only after the one before it was taken out with its outcome
   (:meth:`ApplyLane.take`), so batches are applied, and their offsets stored, in the
@@ -19,21 +21,22 @@ Without ``overlap`` the batch is applied when handed over, as a plain call.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from relay.mirroring.types import ApplyResult, Batch, KafkaRecord
+from relay.errors import MirrorOffsetConflict
+from relay.mirroring.attempts import Outcome
+from relay.mirroring.types import Batch, KafkaRecord
 
 C = TypeVar("C")
-Outcome = tuple[Batch, ApplyResult] | None
-"""What applying a batch gave: the batch as applied and its result; None: stopped
-before anything was applied."""
+Outcomes = list[Outcome | MirrorOffsetConflict]
+"""Each batch's outcome, in the order handed over (:meth:`.Attempts.applied_together`)."""
 
 
 @dataclass(slots=True)
-class InFlight(Generic[C]):
+class Part(Generic[C]):
     """A batch handed to the lane: its partition's ``cursor`` (the loop's), the records it
     took from the cursor's buffer and since when the oldest of them waited."""
 
@@ -41,7 +44,14 @@ class InFlight(Generic[C]):
     batch: Batch
     records: list[KafkaRecord]
     since: float | None
-    outcome: Future[Outcome]
+
+
+@dataclass(slots=True)
+class InFlight(Generic[C]):
+    """The batches in the lane, of distinct partitions, applied together if they can be."""
+
+    parts: Sequence[Part[C]]
+    outcome: Future[Outcomes]
 
 
 class ApplyLane(Generic[C]):
@@ -55,15 +65,8 @@ class ApplyLane(Generic[C]):
     def in_flight(self) -> InFlight[C] | None:
         return self._in_flight
 
-    def hand_over(
-        self,
-        apply: Callable[[], Outcome],
-        cursor: C,
-        batch: Batch,
-        records: list[KafkaRecord],
-        since: float | None,
-    ) -> None:
-        """Apply ``batch`` (the lane must be empty: :meth:`take` first)."""
+    def hand_over(self, apply: Callable[[], Outcomes], parts: Sequence[Part[C]]) -> None:
+        """Apply ``parts``' batches (the lane must be empty: :meth:`take` first)."""
         if self._in_flight is not None:
             raise RuntimeError("a batch is still in the lane")  # a bug of the loop
         if self._pool is not None:
@@ -74,22 +77,23 @@ class ApplyLane(Generic[C]):
                 outcome.set_result(apply())
             except Exception as exc:  # raised by outcome.result(), as from the pool
                 outcome.set_exception(exc)
-        self._in_flight = InFlight(cursor, batch, records, since, outcome)
+        self._in_flight = InFlight(parts, outcome)
 
     def done(self) -> bool:
-        """Whether the batch in the lane (if any) has an outcome: :meth:`take` won't wait."""
+        """Whether the batches in the lane (if any) have an outcome: :meth:`take` won't
+        wait."""
         return self._in_flight is None or self._in_flight.outcome.done()
 
     def take(self) -> InFlight[C] | None:
-        """The batch in the lane, taken out once it has an outcome (waiting for it); None
-        when the lane is empty."""
+        """The batches in the lane, taken out once they have an outcome (waiting for it);
+        None when the lane is empty."""
         flight, self._in_flight = self._in_flight, None
         if flight is not None:
             wait([flight.outcome])
         return flight
 
     def close(self) -> None:
-        """Wait for the batch in the lane (its outcome dropped), and end the thread."""
+        """Wait for the batches in the lane (their outcome dropped), and end the thread."""
         self._in_flight = None
         if self._pool is not None:
             self._pool.shutdown(wait=True)

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import TypeVar
 
-from relay.errors import GaveUpError, RecordMayHealError, RetriableError
+from relay.errors import GaveUpError, MirrorOffsetConflict, RecordMayHealError, RetriableError
 from relay.mirroring.observer import LoopObserver
 from relay.mirroring.reporting import tp_text
 from relay.mirroring.types import ApplyResult, Batch
@@ -26,6 +26,9 @@ from relay.runtime.retry import RetryPolicy
 
 log = logging.getLogger("relay.mirroring.loop")  # where it always logged
 T = TypeVar("T")
+Outcome = tuple[Batch, ApplyResult] | None
+"""What applying a batch gave: the batch as applied and its result; None: stopped
+before anything was applied."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,9 +69,7 @@ class Attempts:
                     self.observer.resumed()
                 return result
 
-    def applied(
-        self, apply: Callable[[Batch], ApplyResult], batch: Batch
-    ) -> tuple[Batch, ApplyResult] | None:
+    def applied(self, apply: Callable[[Batch], ApplyResult], batch: Batch) -> Outcome:
         """``apply(batch)`` (retried); while the database refuses one of its records with
         an error that may heal (RecordMayHealError), wait with back-off and try again, up
         to ``record_retries`` times, then let such records be dead-lettered (the batch as
@@ -88,3 +89,29 @@ class Attempts:
                 self.observer.retrying()
                 if self.clock.wait(delay, self.stop):
                     return None
+
+    def applied_together(
+        self,
+        apply_together: Callable[[Sequence[Batch]], list[ApplyResult] | None],
+        apply: Callable[[Batch], ApplyResult],
+        batches: Sequence[Batch],
+    ) -> list[Outcome | MirrorOffsetConflict]:
+        """Each of ``batches``' outcome (as :meth:`applied`'s), or the MirrorOffsetConflict
+        that refused it: ``apply_together(batches)`` (retried) in one transaction, or,
+        when it refuses them (a record refused, an offset moved), each batch on its own,
+        one after the other."""
+        if len(batches) > 1:
+            doing = "applying " + ", ".join(tp_text((b.topic, b.partition)) for b in batches)
+            try:
+                results = self.retried(partial(apply_together, batches), doing)
+            except MirrorOffsetConflict:
+                results = None  # which one moved, and what to do: found one at a time
+            if results is not None:
+                return list(zip(batches, results, strict=True))
+        outcomes: list[Outcome | MirrorOffsetConflict] = []
+        for batch in batches:
+            try:
+                outcomes.append(self.applied(apply, batch))
+            except MirrorOffsetConflict as conflict:
+                outcomes.append(conflict)
+        return outcomes

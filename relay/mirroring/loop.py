@@ -31,8 +31,8 @@ from functools import partial
 
 from relay.errors import MirrorOffsetConflict, OffsetOutOfRangeError, RetriableError
 from relay.mirroring.applier import Applier
-from relay.mirroring.apply_lane import ApplyLane
-from relay.mirroring.attempts import Attempts
+from relay.mirroring.apply_lane import ApplyLane, Part
+from relay.mirroring.attempts import Attempts, Outcome
 from relay.mirroring.cursors import PartitionCursor
 from relay.mirroring.observer import LoopObserver, Unobserved
 from relay.mirroring.ports import MirrorStore, RecordStream
@@ -40,6 +40,7 @@ from relay.mirroring.reporting import log_batch, log_progress, tp_text
 from relay.mirroring.topic_guard import TopicGuard
 from relay.mirroring.types import (
     ApplyResult,
+    Batch,
     KafkaRecord,
     MirrorSummary,
     PartitionEnd,
@@ -160,13 +161,10 @@ class MirrorLoop:
                 raise
             now = self._clock.monotonic()
             if ended is None:
-                self._flush_all()
+                self._flush(*self._cursors.values())
                 self._settle()  # nothing else to do meanwhile
-            else:
-                for tp in ended:
-                    cursor = self._cursors.get(tp)  # None: revoked meanwhile
-                    if cursor is not None:
-                        self._flush(cursor)
+            else:  # a cursor is None when revoked meanwhile
+                self._flush(*filter(None, map(self._cursors.get, ended)))
             self._flush_waiting(now)
             if self._lane.done():
                 self._settle()
@@ -174,8 +172,8 @@ class MirrorLoop:
                 stored = {tp: cursor.stored for tp, cursor in self._cursors.items()}
                 log_progress(log, stream, stored, self.summary())
                 next_progress = now + self._progress_every_s
-        if not self.finished():
-            self._flush_all()  # stopping: what is buffered is still ours to apply
+        if not self.finished():  # stopping: what is buffered is still ours to apply
+            self._flush(*self._cursors.values())
         self._settle()
 
     def finished(self) -> bool:
@@ -244,25 +242,50 @@ class MirrorLoop:
         cursor.received = self._clock.monotonic()
         return True
 
-    def _flush_all(self) -> None:
-        for cursor in list(self._cursors.values()):
-            self._flush(cursor)
-
     def _flush_waiting(self, now: float) -> None:
-        for cursor in list(self._cursors.values()):
-            if cursor.since is not None and now - cursor.since >= self._max_wait_s:
-                self._flush(cursor)
+        self._flush(
+            *(
+                c
+                for c in self._cursors.values()
+                if c.since is not None and now - c.since >= self._max_wait_s
+            )
+        )
 
-    def _flush(self, cursor: PartitionCursor) -> None:
-        if not cursor.pending():
+    def _flush(self, *cursors: PartitionCursor) -> None:
+        """Hand the pending records of ``cursors`` (of distinct partitions) over to the
+        lane, a batch each, to be applied together."""
+        decoded = [(cursor, self._decoded(cursor)) for cursor in cursors if cursor.pending()]
+        if not decoded:
             return
-        tp = (cursor.topic, cursor.partition)
+        restarts = [cursor.restarts for cursor, _ in decoded]
+        self._settle()  # one hand-over in the lane at most: batches are applied in order
+        parts: list[Part[PartitionCursor]] = []
+        for (cursor, batch), before in zip(decoded, restarts, strict=True):
+            if cursor.restarts != before:
+                continue  # the batch before it did not store the offset it starts from: dropped
+            parts.append(Part(cursor, batch, cursor.buffer, cursor.since))
+            cursor.buffer, cursor.since, cursor.applying = [], None, batch.next_offset
+        if not parts:
+            return
+        applier = self._applier
+        apply = partial(
+            self._attempts.applied_together,
+            applier.apply_together,
+            applier.apply,
+            [part.batch for part in parts],
+        )
+        self._lane.hand_over(apply, parts)
+        if not self._overlap:
+            self._settle()
+
+    def _decoded(self, cursor: PartitionCursor) -> Batch:
+        """The batch of ``cursor``'s pending records (its topic checked first)."""
         guard, known = self._guard, cursor.identity
         if guard is not None and known is not None:
             cursor.identity = self._attempts.retried(
                 partial(guard.verify, cursor.topic, known, cursor.received), "describing topic"
             )
-        batch = self._attempts.retried(  # a schema registry out of reach: never dead-lettered
+        return self._attempts.retried(  # a schema registry out of reach: never dead-lettered
             partial(
                 self._applier.batch,
                 cursor.topic,
@@ -272,36 +295,31 @@ class MirrorLoop:
                 cursor.buffer,
                 identity=cursor.identity,
             ),
-            f"decoding {tp_text(tp)}",
+            f"decoding {tp_text((cursor.topic, cursor.partition))}",
         )
-        restarts = cursor.restarts
-        self._settle()  # one batch in the lane at most: batches are applied in order
-        if cursor.restarts != restarts:
-            return  # the batch before it did not store the offset it starts from: dropped
-        records, since = cursor.buffer, cursor.since
-        cursor.buffer, cursor.since, cursor.applying = [], None, batch.next_offset
-        apply = partial(self._attempts.applied, self._applier.apply, batch)
-        self._lane.hand_over(apply, cursor, batch, records, since)
-        if not self._overlap:
-            self._settle()
 
     def _settle(self) -> None:
-        """Wait for the batch in the apply lane, and act on its outcome
+        """Wait for the batches in the apply lane, and act on their outcomes
         (:mod:`relay.mirroring.apply_lane`)."""
         flight = self._lane.take()
         if flight is None:
             return
-        cursor = flight.cursor
-        cursor.applying = None
-        try:
-            outcome = flight.outcome.result()
-        except MirrorOffsetConflict as exc:
-            cursor.buffer[:0] = flight.records  # dropped with the rest, and counted
-            self._resync(cursor, exc)
+        for part in flight.parts:
+            part.cursor.applying = None
+        for part, outcome in zip(flight.parts, flight.outcome.result(), strict=True):
+            self._settled(part, outcome)
+
+    def _settled(
+        self, part: Part[PartitionCursor], outcome: Outcome | MirrorOffsetConflict
+    ) -> None:
+        cursor = part.cursor
+        if isinstance(outcome, MirrorOffsetConflict):
+            cursor.buffer[:0] = part.records  # dropped with the rest, and counted
+            self._resync(cursor, outcome)
             return
         if outcome is None:  # stopped while waiting; nothing applied, the records stay buffered
-            cursor.buffer[:0] = flight.records
-            cursor.since = flight.since if flight.since is not None else cursor.since
+            cursor.buffer[:0] = part.records
+            cursor.since = part.since if part.since is not None else cursor.since
             cursor.restarts += 1
             return
         batch, result = outcome

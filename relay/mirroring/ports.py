@@ -36,6 +36,15 @@ class MirrorStore(Protocol):
         RetriableError when the batch may simply be tried again."""
         ...
 
+    def apply_together(
+        self, batches: Sequence[Batch], before_commit: Callable[[], None]
+    ) -> list[ApplyResult] | None:
+        """Apply ``batches`` (of distinct partitions) in one transaction, as :meth:`apply`
+        would one after the other; their results, in order. None, with nothing applied,
+        when one of their records was refused (or the way they are applied together
+        failed): apply them one at a time. Raises as :meth:`apply`."""
+        ...
+
 
 class TopicDirectory(Protocol):
     """What Kafka says the mapped topics are now."""

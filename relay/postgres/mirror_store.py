@@ -1,23 +1,27 @@
 """The mirror's PostgreSQL edge: offsets (compare-and-set), row operations, dead letters.
 
-One batch is one transaction::
+One transaction applies one batch, or the batches of several partitions together
+(``apply_together``: each offset as below, then the row operations of all)::
 
     UPDATE mirror_offsets SET next_offset = :next, topic_id = :id, topic_partitions = :n
     WHERE ... AND next_offset = :expected AND (topic_id IS NULL OR topic_id = :id)
     (or INSERT ... ON CONFLICT DO NOTHING for a partition's first batch; 0 rows: conflict)
-    the row operations in bulk (mirror_bulk: COPY into a staging table, a few set-based
-        statements); when they fail, the transaction rolls back and the batch is applied
-        again: on a constraint or data error, one SAVEPOINT per record (mirror_statements),
-        dead-lettering the failures; on another error (e.g. no right to create a temporary
-        table), the operations in record order in one SAVEPOINT (mirror_statements,
-        pipelined), then per record as above, and later batches try the bulk statements
-        inside a SAVEPOINT
-    INSERT INTO mirror_dead_letters ...
     (the batch's latest heartbeats into mirror_heartbeats, after the offset: mirror_freshness)
+    the row operations in bulk (mirror_bulk: COPY into a staging table, a few set-based
+        statements); when they fail, the transaction rolls back. Batches applied
+        together are then applied one at a time; one batch is applied again: on a
+        constraint or data error, one SAVEPOINT per record (mirror_statements),
+        dead-lettering the failures; on another error (e.g. no right to create a
+        temporary table), the operations in record order in one SAVEPOINT
+        (mirror_statements, pipelined), then per record as above, and later batches try
+        the bulk statements inside a SAVEPOINT
+    INSERT INTO mirror_dead_letters ...
     COMMIT
 
-The offset row is locked first, so two instances on one partition serialize there: the
-second one waits, then finds the offset moved and rolls back without writing a row.
+Batches applied together in one transaction give what they give applied one after the
+other: their operations run in that order. The offset rows are locked first (in
+partition order), so two instances on one partition serialize there: the second one
+waits, then finds the offset moved and rolls back without writing a row.
 """
 
 from __future__ import annotations
@@ -114,30 +118,71 @@ class PostgresMirrorStore:
         # was rolled back, or committed (the retry's compare-and-set tells which).
         with self._database.errors(f"applying {batch.topic}[{batch.partition}]", retriable=True):
             try:
-                applied, dead = self._applied(batch, before_commit, None)
+                return self._applied([batch], before_commit, None)[0]
             except _BulkRefused as refused:  # rolled back: again, without the bulk path
-                applied, dead = self._applied(batch, before_commit, refused.by_record)
-        skipped = sum(1 for item in batch.items if item.skipped)
-        return ApplyResult(applied, skipped, tuple(dead))
+                return self._applied([batch], before_commit, refused.by_record)[0]
+
+    def apply_together(
+        self, batches: Sequence[Batch], before_commit: Callable[[], None]
+    ) -> list[ApplyResult] | None:
+        if not self._bulk_healthy:
+            return None  # one at a time: each batch finds its own way
+        doing = "applying " + ", ".join(f"{b.topic}[{b.partition}]" for b in batches)
+        with self._database.errors(doing, retriable=True):
+            try:
+                return self._applied(batches, before_commit, None)
+            except _BulkRefused:
+                return None
 
     def _applied(
-        self, batch: Batch, before_commit: Callable[[], None], by_record: bool | None
-    ) -> tuple[int, list[DeadLetter]]:
-        """One transaction of ``batch``; ``by_record`` after the bulk path failed on a
-        record (True) or otherwise (False)."""
+        self, batches: Sequence[Batch], before_commit: Callable[[], None], by_record: bool | None
+    ) -> list[ApplyResult]:
+        """One transaction of ``batches`` (their offset rows locked in partition order, so
+        that two instances never wait for each other's); ``by_record`` (one batch) after
+        the bulk path failed on a record (True) or otherwise (False)."""
         with self._database.engine.connect() as conn:
             try:
                 with conn.begin():
-                    self._advance(conn, batch)
-                    store_heartbeats(conn, self._group, batch.topic, batch.partition, batch.items)
-                    applied, dead = self._write(conn, batch, by_record)
+                    for batch in sorted(batches, key=lambda b: (b.topic, b.partition)):
+                        self._advance(conn, batch)
+                        store_heartbeats(
+                            conn, self._group, batch.topic, batch.partition, batch.items
+                        )
+                    if by_record is None and self._bulk_healthy:
+                        written = self._in_bulk(conn, batches)
+                    else:
+                        (batch,) = batches
+                        written = [self._write(conn, batch, by_record)]
+                    dead = [d for _, found in written for d in found]
                     if dead:
                         conn.execute(_INSERT_DEAD, [self._dead_row(d) for d in dead])
                     before_commit()
             except BaseException:
                 forget_staging_tables(conn)
                 raise
-        return applied, dead
+        return [
+            ApplyResult(applied, sum(1 for item in batch.items if item.skipped), tuple(found))
+            for batch, (applied, found) in zip(batches, written, strict=True)
+        ]
+
+    def _in_bulk(
+        self, conn: Connection, batches: Sequence[Batch]
+    ) -> list[tuple[int, list[DeadLetter]]]:
+        """The row operations of ``batches``, in their order, as the bulk statements apply
+        them (no savepoint, two round trips a batch: a failure rolls the batches back)."""
+        written: list[tuple[int, list[DeadLetter]]] = []
+        ops: list[Op] = []
+        for batch in batches:
+            dead = [DeadLetter(i.record, i.error) for i in batch.items if i.error is not None]
+            with_ops = [item for item in batch.items if item.ops]
+            ops.extend(op for item in with_ops for op in item.ops)
+            written.append((len(with_ops), dead))
+        if ops:
+            try:
+                self._bulk.apply(conn, ops)
+            except DBAPIError as exc:
+                raise _BulkRefused(self._bulk_failed(exc, batches[0])) from exc
+        return written
 
     def _advance(self, conn: Connection, batch: Batch) -> None:
         params = {
@@ -165,17 +210,14 @@ class PostgresMirrorStore:
     def _write(
         self, conn: Connection, batch: Batch, by_record: bool | None
     ) -> tuple[int, list[DeadLetter]]:
+        """``batch``'s row operations after the bulk path failed: record by record
+        (``by_record``), pipelined, or (None: it failed on an earlier batch, not on a
+        record) in bulk inside a savepoint first."""
         items = batch.items
         dead = [DeadLetter(item.record, item.error) for item in items if item.error is not None]
         with_ops = [item for item in items if item.ops]
         ops = [op for item in with_ops for op in item.ops]
-        if ops and by_record is None and self._bulk_healthy:
-            try:  # no savepoint (two round trips a batch): a failure rolls the batch back
-                self._bulk.apply(conn, ops)
-            except DBAPIError as exc:
-                raise _BulkRefused(self._bulk_failed(exc, batch)) from exc
-            return len(with_ops), dead
-        if ops and by_record is None:  # the bulk path failed before, not on a record
+        if ops and by_record is None:
             try:
                 with conn.begin_nested():
                     self._bulk.apply(conn, ops)

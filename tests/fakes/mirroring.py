@@ -77,6 +77,8 @@ class MemoryStore:
     fail_next: int = 0
     before_apply: Callable[[Batch], None] | None = None
     rejects: Callable[[Op], str | None] | None = None
+    together: list[tuple[TopicPartitionKey, ...]] = field(default_factory=list)
+    """The partitions of each call of apply_together, in order."""
     refuses_for_now: Callable[[Op], str | None] | None = None
     """Like ``rejects``, for errors that may heal (a missing parent): the batch rolls back
     with RecordMayHealError until ``batch.waited`` says to dead-letter the record."""
@@ -92,6 +94,31 @@ class MemoryStore:
         }
 
     def apply(self, batch: Batch, before_commit: Callable[[], None]) -> ApplyResult:
+        self._check(batch)
+        for_now = self._refused_for_now(batch)
+        if for_now is not None and batch.waited is None:
+            raise RecordMayHealError(for_now)
+        before_commit()
+        return self._applied(batch)
+
+    def apply_together(
+        self, batches: Sequence[Batch], before_commit: Callable[[], None]
+    ) -> list[ApplyResult] | None:
+        """As PostgreSQL's bulk statements: None (nothing applied) when a record is refused,
+        for good or for now."""
+        self.together.append(tuple((b.topic, b.partition) for b in batches))
+        for batch in batches:
+            self._check(batch)
+        ops = [op for batch in batches for item in batch.items for op in item.ops]
+        if any(
+            self._refused([op]) or (self.refuses_for_now and self.refuses_for_now(op)) for op in ops
+        ):
+            return None
+        before_commit()
+        return [self._applied(batch) for batch in batches]
+
+    def _check(self, batch: Batch) -> None:
+        """Before anything is applied: a failure asked for, or an offset that moved."""
         if self.before_apply is not None:
             self.before_apply(batch)
         if self.fail_next:
@@ -103,10 +130,9 @@ class MemoryStore:
             batch.identity is not None and stored_id not in (None, batch.identity.topic_id)
         ):
             raise MirrorOffsetConflict("moved", batch.topic, batch.partition, batch.expected)
-        for_now = self._refused_for_now(batch)
-        if for_now is not None and batch.waited is None:
-            raise RecordMayHealError(for_now)
-        before_commit()
+
+    def _applied(self, batch: Batch) -> ApplyResult:
+        tp = (batch.topic, batch.partition)
         self.offsets[tp] = batch.next_offset
         if batch.identity is not None:
             self.identities[tp] = (batch.identity.topic_id, batch.identity.partitions)

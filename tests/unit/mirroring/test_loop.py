@@ -31,55 +31,15 @@ from tests.fakes.mirroring import (
     names,
     record,
 )
+from tests.unit.mirroring.loop_support import OVERLAP, FakeClock, make_loop, run_once
 
 P0: TopicPartitionKey = ("t", 0)
 P1: TopicPartitionKey = ("t", 1)
 
 
-OVERLAP = [False]
-
-
 @pytest.fixture(autouse=True, params=[False, True], ids=["inline", "overlapped"])
 def _lane(request: pytest.FixtureRequest) -> None:
     OVERLAP[0] = request.param
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def monotonic(self) -> float:
-        self.now += 0.001
-        return self.now
-
-    def wait(self, seconds: float, stop: threading.Event | None = None) -> bool:
-        self.now += seconds
-        return stop is not None and stop.is_set()
-
-
-def make_loop(
-    store: MemoryStore,
-    targets: dict[TopicPartitionKey, int] | None,
-    batch_size: int = 100,
-    retry: RetryPolicy | None = None,
-) -> MirrorLoop:
-    return MirrorLoop(
-        Applier([items_table()], store),
-        store,
-        batch_size=batch_size,
-        max_wait_s=0.5,
-        targets=targets,
-        retry=retry or RetryPolicy(initial_delay_s=0.01),
-        clock=FakeClock(),
-        overlap=OVERLAP[0],
-    )
-
-
-def run_once(store: MemoryStore, stream: FakeStream, batch_size: int = 100) -> MirrorLoop:
-    loop = make_loop(store, dict(stream.stable), batch_size)
-    stream.assign(sorted(stream.stable), loop)
-    loop.run(stream)
-    return loop
 
 
 def test_once_applies_up_to_the_last_stable_offsets_and_stores_offsets_past_markers() -> None:
