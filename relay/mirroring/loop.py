@@ -26,17 +26,17 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping, Sequence
-from contextlib import suppress
 from functools import partial
 
-from relay.errors import MirrorOffsetConflict, OffsetOutOfRangeError, RetriableError
+from relay.errors import MirrorOffsetConflict, OffsetOutOfRangeError
 from relay.mirroring.applier import Applier
 from relay.mirroring.apply_lane import ApplyLane, Part
 from relay.mirroring.attempts import Attempts, Outcome
 from relay.mirroring.cursors import PartitionCursor
 from relay.mirroring.observer import LoopObserver, Unobserved
 from relay.mirroring.ports import MirrorStore, RecordStream
-from relay.mirroring.reporting import log_batch, log_progress, tp_text
+from relay.mirroring.reporting import log_assigned, log_batch, log_progress, log_revoked, tp_text
+from relay.mirroring.topic_checks import TopicChecks
 from relay.mirroring.topic_guard import TopicGuard
 from relay.mirroring.types import (
     ApplyResult,
@@ -45,8 +45,6 @@ from relay.mirroring.types import (
     MirrorSummary,
     PartitionEnd,
     PartitionStats,
-    StoredOffset,
-    TopicIdentity,
     TopicPartitionKey,
 )
 from relay.runtime.clock import Clock, SystemClock
@@ -83,7 +81,7 @@ class MirrorLoop:
         self._clock = clock or SystemClock()
         self._progress_every_s = progress_every_s
         self._observer = observer or Unobserved()
-        self._guard = guard
+        self._topics = TopicChecks(guard)
         self._cursors: dict[TopicPartitionKey, PartitionCursor] = {}
         self._stats: dict[TopicPartitionKey, PartitionStats] = {}
         self._stream: RecordStream | None = None
@@ -103,7 +101,7 @@ class MirrorLoop:
         stored = self._attempts.retried(
             lambda: self._store.stored_offsets(partitions), "reading offsets"
         )
-        identities = self._checked(partitions, stored)
+        identities = self._topics.assigned(self._attempts, partitions, stored)
         starts: dict[TopicPartitionKey, int | None] = {}
         for tp in partitions:
             offset = stored[tp].next_offset if tp in stored else None
@@ -114,12 +112,7 @@ class MirrorLoop:
             stats.next_offset = offset
             starts[tp] = offset
         self._observer.positioned(starts)
-        log.info(
-            "assigned %s",
-            ", ".join(
-                f"{t}[{p}] from {'beginning' if o is None else o}" for (t, p), o in starts.items()
-            ),
-        )
+        log_assigned(log, starts)
         return starts
 
     def revoked(self, partitions: Sequence[TopicPartitionKey]) -> None:
@@ -130,11 +123,7 @@ class MirrorLoop:
             if cursor is not None:
                 dropped += len(cursor.buffer)
         self._observer.revoked(partitions)
-        log.info(
-            "revoked %s (%d fetched records left to the next owner)",
-            ", ".join(f"{t}[{p}]" for t, p in partitions),
-            dropped,
-        )
+        log_revoked(log, partitions, dropped)
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -280,11 +269,7 @@ class MirrorLoop:
 
     def _decoded(self, cursor: PartitionCursor) -> Batch:
         """The batch of ``cursor``'s pending records (its topic checked first)."""
-        guard, known = self._guard, cursor.identity
-        if guard is not None and known is not None:
-            cursor.identity = self._attempts.retried(
-                partial(guard.verify, cursor.topic, known, cursor.received), "describing topic"
-            )
+        self._topics.verified(self._attempts, cursor)
         return self._attempts.retried(  # a schema registry out of reach: never dead-lettered
             partial(
                 self._applier.batch,
@@ -337,7 +322,7 @@ class MirrorLoop:
     def _resync(self, cursor: PartitionCursor, conflict: MirrorOffsetConflict) -> None:
         tp = (cursor.topic, cursor.partition)
         stored = self._attempts.retried(lambda: self._store.stored_offsets([tp]), "reading offsets")
-        cursor.identity = self._checked([tp], stored).get(tp[0])
+        cursor.identity = self._topics.assigned(self._attempts, [tp], stored).get(tp[0])
         offset = stored[tp].next_offset if tp in stored else None
         log.warning(
             "%s: %s; dropping %d fetched records and continuing from stored offset %s",
@@ -354,22 +339,7 @@ class MirrorLoop:
         if self._stream is not None and not cursor.done():
             self._stream.seek(cursor.topic, cursor.partition, offset)
 
-    def _checked(
-        self,
-        partitions: Sequence[TopicPartitionKey],
-        stored: Mapping[TopicPartitionKey, StoredOffset],
-    ) -> dict[str, TopicIdentity]:
-        """The topics' identities, the stored offsets checked against them (TopicGuard)."""
-        if self._guard is None:
-            return {}
-        guard = self._guard
-        return self._attempts.retried(
-            partial(guard.assigned, partitions, stored), "describing topics"
-        )
-
     def _explain(self, gone: OffsetOutOfRangeError) -> None:
-        """A position not in the log: when the topic was created again, say that instead."""
         cursor = self._cursors.get((gone.topic, gone.partition))
-        if self._guard is not None and cursor is not None and cursor.identity is not None:
-            with suppress(RetriableError):  # Kafka did not answer: the position's error stands
-                self._guard.verify(gone.topic, cursor.identity, self._clock.monotonic())
+        if cursor is not None:
+            self._topics.explain(gone, cursor, self._clock.monotonic())

@@ -1,13 +1,23 @@
-"""The consume loop's log lines: each batch, and its progress every so often."""
+"""The consume loop's log lines: assignments, each batch, and its progress every so often."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from relay.errors import RelayError
 from relay.mirroring.ports import RecordStream
 from relay.mirroring.types import ApplyResult, MirrorSummary, TopicPartitionKey
+
+
+def log_assigned(log: logging.Logger, starts: Mapping[TopicPartitionKey, int | None]) -> None:
+    shown = (f"{t}[{p}] from {'beginning' if o is None else o}" for (t, p), o in starts.items())
+    log.info("assigned %s", ", ".join(shown))
+
+
+def log_revoked(log: logging.Logger, partitions: Sequence[TopicPartitionKey], dropped: int) -> None:
+    shown = ", ".join(tp_text(tp) for tp in partitions)
+    log.info("revoked %s (%d fetched records left to the next owner)", shown, dropped)
 
 
 def log_batch(

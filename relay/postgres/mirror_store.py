@@ -26,11 +26,9 @@ waits, then finds the offset moved and rolls back without writing a row.
 
 from __future__ import annotations
 
-import base64
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from itertools import groupby
-from typing import Literal
 
 import sqlalchemy as sa
 from sqlalchemy import Connection
@@ -52,6 +50,7 @@ from relay.mirroring.types import (
 from relay.postgres.engine import Database, driver_message, is_transient
 from relay.postgres.mirror_bulk import BulkWriter, forget_staging_tables
 from relay.postgres.mirror_freshness import store_heartbeats
+from relay.postgres.mirror_refusals import dead_letter_row, record_fault, refusal_reason
 from relay.postgres.mirror_statements import TableStatements
 from relay.postgres.schema import mirror_dead_letters
 from relay.runtime.secrets import mask_text
@@ -155,7 +154,7 @@ class PostgresMirrorStore:
                         written = [self._write(conn, batch, by_record)]
                     dead = [d for _, found in written for d in found]
                     if dead:
-                        conn.execute(_INSERT_DEAD, [self._dead_row(d) for d in dead])
+                        conn.execute(_INSERT_DEAD, [dead_letter_row(self._group, d) for d in dead])
                     before_commit()
             except BaseException:
                 forget_staging_tables(conn)
@@ -231,7 +230,7 @@ class PostgresMirrorStore:
                     self.run_operations(conn, ops)
                 return len(with_ops), dead
             except DBAPIError as exc:
-                if _record_fault(exc) is None:
+                if record_fault(exc) is None:
                     raise
         applied = 0
         for item in with_ops:  # one savepoint per record: the good ones still apply
@@ -240,10 +239,10 @@ class PostgresMirrorStore:
                     self.run_operations(conn, item.ops)
                 applied += 1
             except DBAPIError as exc:
-                fault = _record_fault(exc)
+                fault = record_fault(exc)
                 if fault is None:
                     raise
-                reason = _db_reason(exc)
+                reason = refusal_reason(exc)
                 if fault == "may heal":
                     if batch.waited is None:
                         raise RecordMayHealError(
@@ -259,7 +258,7 @@ class PostgresMirrorStore:
         batch cannot survive (a lost connection, a serialization failure: retriable); else
         logs it once (the pipelined statements take over; later batches try the bulk path
         inside a savepoint) and returns False."""
-        if _record_fault(exc) is not None:
+        if record_fault(exc) is not None:
             return True
         if is_transient(exc):
             raise exc
@@ -281,20 +280,6 @@ class PostgresMirrorStore:
         for (_, table, guarded), run in groupby(ops, key=_run_key):
             self._statements[table].run(conn, list(run), guarded)
 
-    def _dead_row(self, dead: DeadLetter) -> dict[str, object]:
-        record = dead.record
-        return {
-            "consumer_group": self._group,
-            "topic": record.topic,
-            "partition": record.partition,
-            "offset": record.offset,
-            "key": record.key,
-            "value": record.value,
-            "headers": [_header_json(name, value) for name, value in record.headers],
-            "error": dead.error.replace("\x00", "\\x00"),
-            "kafka_timestamp": record.timestamp,
-        }
-
 
 class _BulkRefused(Exception):
     """The bulk statements failed and the batch's transaction rolled back: ``by_record``
@@ -311,45 +296,3 @@ def _run_key(op: Op) -> tuple[str, str, bool]:
     if isinstance(op, Append):
         return ("append", op.table, False)
     return ("delete", op.table, op.version is not None)
-
-
-# Errors about one record that trying the same record again can cure: a foreign key whose
-# parent arrives later (from another topic or partition), a user's trigger that checks
-# something another record will provide.
-_MAY_HEAL = frozenset({"23503", "P0001"})
-# Errors about one record that no retry cures: data and constraint errors, a type
-# mismatch, a value past an index's row size limit (54000).
-_FOR_GOOD_CLASSES = ("22", "23")
-_FOR_GOOD = frozenset({"42804", "54000"})
-
-
-def _record_fault(exc: DBAPIError) -> Literal["for good", "may heal"] | None:
-    """Whether the database refused the record itself (for good, or for now), or None
-    when the error is the database's (connection, server), not the record's."""
-    sqlstate = str(getattr(exc.orig, "sqlstate", None) or "")
-    if sqlstate in _MAY_HEAL:
-        return "may heal"
-    if (
-        isinstance(exc, sa.exc.IntegrityError | sa.exc.DataError)
-        or sqlstate.startswith(_FOR_GOOD_CLASSES)
-        or sqlstate in _FOR_GOOD
-    ):
-        return "for good"
-    return None
-
-
-def _db_reason(exc: DBAPIError) -> str:
-    message = driver_message(exc)
-    return f"database rejected the record{message.code}: {mask_text(message.first_line)}"
-
-
-def _header_json(name: str, value: bytes | None) -> dict[str, str | None]:
-    if value is None:
-        return {"name": name, "value": None}
-    try:
-        text = value.decode("utf-8")
-    except UnicodeDecodeError:
-        text = None
-    if text is None or "\x00" in text:
-        return {"name": name, "base64": base64.b64encode(value).decode("ascii")}
-    return {"name": name, "value": text}
