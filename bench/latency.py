@@ -6,8 +6,10 @@ per transaction (the INSERT of ``relay.publish``) at a fixed rate (1,000 events/
 ``--quick``: 10 s). Each event's value carries ``ts``, the writer's clock just before its
 INSERT and COMMIT (so the commit itself is inside the latency). Measured: the time until
 a read_committed consumer (a thread of this process) receives the record, and until the
-mirror inserts the row (its ``applied_at`` column defaults to clock_timestamp(), inside the
-mirror's transaction; same host, same clock). Variants: the defaults with the
+mirrored row is committed (``pg_xact_commit_timestamp`` of the row's transaction: the
+cluster tracks commit timestamps; same host, same clock). Until 2026-11-28 the row's time
+was its insert's ``clock_timestamp()``, inside the mirror's transaction, a few ms before
+its commit. Variants: the defaults with the
 benchmark's 8 relay partitions; 2 relay partitions (a quarter of the Kafka transactions
 per second for the same events: on this machine the broker's transactions, not the
 relay's polling, set the latency); `--partition-transactions` (one Kafka transaction per
@@ -279,7 +281,8 @@ def measure(admin_url: str, bootstrap: str, seconds: float, variant: str) -> dic
                 )
                 rows = execute(
                     url,
-                    "SELECT ts, extract(epoch FROM applied_at) FROM latency_events "
+                    "SELECT ts, extract(epoch FROM pg_xact_commit_timestamp(xmin)) "
+                    "FROM latency_events "
                     "WHERE id >= :first",
                     first=FIRST_MEASURED,
                 )
