@@ -5,11 +5,11 @@ the durable cluster while a writer (8 threads, one connection each) commits one 
 per transaction (the INSERT of ``relay.publish``) at a fixed rate (1,000 events/s for 60 s;
 ``--quick``: 10 s). Each event's value carries ``ts``, the writer's clock just before its
 INSERT and COMMIT (so the commit itself is inside the latency). Measured: the time until
-a read_committed consumer (a thread of this process) receives the record, and until the
+a read_committed consumer (a process of its own, ``bench.latency_receiver``; until
+2026-11-28 a thread of this one, beside the writers) receives the record, and until the
 mirrored row is committed (``pg_xact_commit_timestamp`` of the row's transaction: the
-cluster tracks commit timestamps; same host, same clock). Until 2026-11-28 the row's time
-was its insert's ``clock_timestamp()``, inside the mirror's transaction, a few ms before
-its commit. Variants: the defaults with the
+cluster tracks commit timestamps; same host, same clock; until 2026-11-28 the row's
+insert's ``clock_timestamp()``, a few ms before its commit). Variants: the defaults with the
 benchmark's 8 relay partitions; 2 relay partitions (a quarter of the Kafka transactions
 per second for the same events: on this machine the broker's transactions, not the
 relay's polling, set the latency); `--partition-transactions` (one Kafka transaction per
@@ -30,7 +30,6 @@ import time
 from dataclasses import dataclass
 
 import psycopg
-from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
 from relay.devenv.databases import libpq_url
 from relay.devenv.waiting import wait_until
@@ -50,6 +49,7 @@ from .common import (
     run_id,
     scratch_database,
 )
+from .latency_receiver import Receiver
 
 RATE = 1000
 WRITER_THREADS = 8
@@ -126,53 +126,6 @@ class CpuTimes:
         }
 
 
-class Receiver(threading.Thread):
-    """A read_committed consumer from the topic's current end; receive time - ts per event."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        super().__init__(daemon=True)
-        self.latencies: dict[int, float] = {}
-        # Commit markers seen (a gap in a partition's offsets that read_committed skips:
-        # one per Kafka transaction that wrote to the partition) from events >= MEASURE_FROM.
-        self.markers = 0
-        self.measure_from = FIRST_MEASURED
-        self._last: dict[int, int] = {}
-        self.stop = threading.Event()
-        self.ready = threading.Event()
-        self._consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"bench-latency-{run_id()}",
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-                "fetch.wait.max.ms": 10,
-            }
-        )
-        self._topic = topic
-
-    def run(self) -> None:
-        try:
-            meta = self._consumer.list_topics(self._topic, timeout=30).topics[self._topic]
-            self._consumer.assign(
-                [TopicPartition(self._topic, p, OFFSET_END) for p in meta.partitions]
-            )
-            self.ready.set()
-            while not self.stop.is_set():
-                for message in self._consumer.consume(1000, 0.05):
-                    raw = message.value()
-                    if message.error() is None and raw is not None:
-                        now = time.time()
-                        event = json.loads(raw)
-                        self.latencies[int(event["n"])] = now - float(event["ts"])
-                        part, offset = message.partition() or 0, message.offset() or 0
-                        last = self._last.get(part)
-                        if last is not None and int(event["n"]) >= self.measure_from:
-                            self.markers += offset - last - 1
-                        self._last[part] = offset
-        finally:
-            self._consumer.close()
-
-
 def write(url: str, topic: str, first: int, count: int, rate: float) -> float:
     """Commit events ``first`` .. ``first + count - 1``, one per transaction, at ``rate``
     per second over WRITER_THREADS connections; returns the seconds it took. Each
@@ -237,7 +190,9 @@ def measure(admin_url: str, bootstrap: str, seconds: float, variant: str) -> dic
     mapping = WORKDIR / f"latency-{rid}.toml"
     mapping.write_text(MAPPING.format(topic=topic))
     create_topic(bootstrap, topic)
-    receiver = Receiver(bootstrap, topic)
+    receiver = Receiver(
+        bootstrap, topic, f"bench-latency-{rid}", FIRST_MEASURED, WORKDIR / f"latency-{rid}.json"
+    )
     try:
         setup = f"{TABLE_DDL};\nUPDATE outbox_settings SET partitions = {partitions}"
         with scratch_database(admin_url, f"bench_latency_{rid}", setup) as url:
@@ -262,8 +217,7 @@ def measure(admin_url: str, bootstrap: str, seconds: float, variant: str) -> dic
                 write(url, topic, 1, WARM_UP_EVENTS, 100)  # all running, the group assigned
                 wait_until(
                     lambda: (
-                        (_mirrored(url, 0) if mirrors else len(receiver.latencies))
-                        >= WARM_UP_EVENTS
+                        (_mirrored(url, 0) if mirrors else receiver.received()) >= WARM_UP_EVENTS
                     ),
                     60,
                     "the warm-up events",
@@ -275,7 +229,7 @@ def measure(admin_url: str, bootstrap: str, seconds: float, variant: str) -> dic
                 if mirrors:
                     wait_until(lambda: _mirrored(url, FIRST_MEASURED) >= count, 30, "the mirror")
                 wait_until(
-                    lambda: sum(n >= FIRST_MEASURED for n in list(receiver.latencies)) >= count,
+                    lambda: receiver.measured() >= count,
                     30,
                     "the consumer",
                 )
@@ -287,7 +241,7 @@ def measure(admin_url: str, bootstrap: str, seconds: float, variant: str) -> dic
                     first=FIRST_MEASURED,
                 )
             finally:
-                receiver.stop.set()
+                receiver.finish()
                 for proc in procs:
                     _stop(proc)
     finally:
