@@ -36,6 +36,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError
 
 from relay.errors import MirrorOffsetConflict, RecordMayHealError
+from relay.mirroring.reporting import tp_text
 from relay.mirroring.types import (
     Append,
     ApplyResult,
@@ -115,7 +116,7 @@ class PostgresMirrorStore:
     def apply(self, batch: Batch, before_commit: Callable[[], None]) -> ApplyResult:
         # Lost connections, deadlocks and serialization failures are retriable: the batch
         # was rolled back, or committed (the retry's compare-and-set tells which).
-        with self._database.errors(f"applying {batch.topic}[{batch.partition}]", retriable=True):
+        with self._database.errors(f"applying {_named([batch])}", retriable=True):
             try:
                 return self._applied([batch], before_commit, None)[0]
             except _BulkRefused as refused:  # rolled back: again, without the bulk path
@@ -126,8 +127,7 @@ class PostgresMirrorStore:
     ) -> list[ApplyResult] | None:
         if not self._bulk_healthy:
             return None  # one at a time: each batch finds its own way
-        doing = "applying " + ", ".join(f"{b.topic}[{b.partition}]" for b in batches)
-        with self._database.errors(doing, retriable=True):
+        with self._database.errors(f"applying {_named(batches)}", retriable=True):
             try:
                 return self._applied(batches, before_commit, None)
             except _BulkRefused:
@@ -168,7 +168,8 @@ class PostgresMirrorStore:
         self, conn: Connection, batches: Sequence[Batch]
     ) -> list[tuple[int, list[DeadLetter]]]:
         """The row operations of ``batches``, in their order, as the bulk statements apply
-        them (no savepoint, two round trips a batch: a failure rolls the batches back)."""
+        them, without a savepoint (it cost two round trips a batch): when they fail, the
+        whole transaction rolls back (_BulkRefused)."""
         written: list[tuple[int, list[DeadLetter]]] = []
         ops: list[Op] = []
         for batch in batches:
@@ -279,6 +280,10 @@ class PostgresMirrorStore:
         record order (psycopg pipelines them); a key may repeat within a run."""
         for (_, table, guarded), run in groupby(ops, key=_run_key):
             self._statements[table].run(conn, list(run), guarded)
+
+
+def _named(batches: Sequence[Batch]) -> str:
+    return ", ".join(tp_text((batch.topic, batch.partition)) for batch in batches)
 
 
 class _BulkRefused(Exception):

@@ -7,6 +7,8 @@ and later batches still applied, their refused records dead-lettered."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 import sqlalchemy as sa
@@ -31,12 +33,17 @@ class _Failed(Exception):
     pass
 
 
-def _store(url: str) -> tuple[PostgresMirrorStore, sa.Engine]:
-    """A store on an engine of one pooled connection: every call below shares it."""
+@contextmanager
+def _opened(url: str) -> Iterator[tuple[PostgresMirrorStore, sa.Engine]]:
+    """A store on an engine of one pooled connection (every call below shares it),
+    disposed of at the end."""
     engine = make_engine(Secret(url), pool_size=1, pre_ping=False)
-    database = Database(engine, Secret(url))
-    tables, reflected = resolve_tables(database, parse_mapping(ITEMS_MAPPING))
-    return PostgresMirrorStore(database, "paths", tables, reflected), engine
+    try:
+        database = Database(engine, Secret(url))
+        tables, reflected = resolve_tables(database, parse_mapping(ITEMS_MAPPING))
+        yield PostgresMirrorStore(database, "paths", tables, reflected), engine
+    finally:
+        engine.dispose()
 
 
 def _batch(expected: int | None, *records: KafkaRecord) -> Batch:
@@ -66,8 +73,7 @@ def test_a_connection_keeps_its_staging_table_from_batch_to_batch(
     relay_env: RelayTestEnv,
 ) -> None:
     relay_env.sql(ITEMS_DDL)
-    store, engine = _store(relay_env.database_url)
-    try:
+    with _opened(relay_env.database_url) as (store, engine):
         with pytest.raises(_Failed):  # the table created in a batch that rolled back
             store.apply(_batch(None, record(0, 1, "a")), _fail)
         assert _staging_table(engine) is None
@@ -79,8 +85,6 @@ def test_a_connection_keeps_its_staging_table_from_batch_to_batch(
         with engine.connect() as conn:
             assert conn.exec_driver_sql(f"SELECT count(*) FROM pg_temp.{_name(conn)}").scalar() == 0
         assert _rows(engine) == {1: "a2", 2: "b", 3: "c"}
-    finally:
-        engine.dispose()
 
 
 def _name(conn: sa.Connection) -> str:
@@ -91,15 +95,12 @@ def test_a_record_refused_in_bulk_is_dead_lettered_and_the_rest_applied(
     relay_env: RelayTestEnv,
 ) -> None:
     relay_env.sql(ITEMS_DDL)
-    store, engine = _store(relay_env.database_url)
-    try:
+    with _opened(relay_env.database_url) as (store, engine):
         result = _apply(
             store, _batch(None, record(0, 1, "a"), record(1, 2, REFUSED_NAME), record(2, 3, "c"))
         )
         assert (result.applied, [d.record.offset for d in result.dead_letters]) == (2, [1])
         assert _rows(engine) == {1: "a", 3: "c"}
-    finally:
-        engine.dispose()
 
 
 def test_without_the_right_to_create_temporary_tables_batches_apply_without_bulk(
@@ -112,8 +113,7 @@ def test_without_the_right_to_create_temporary_tables_batches_apply_without_bulk
     assert granted.returncode == 0, granted.stderr
     database = sa.make_url(relay_env.database_url).database
     relay_env.sql(f'REVOKE TEMPORARY ON DATABASE "{database}" FROM PUBLIC')
-    store, engine = _store(login_roles["outbox_mirror"])
-    try:
+    with _opened(login_roles["outbox_mirror"]) as (store, engine):
         with caplog.at_level(logging.WARNING, logger="relay.postgres.mirror_store"):
             first = _apply(store, _batch(None, record(0, 1, "a"), record(1, 2, "b")))
             second = _apply(
@@ -124,5 +124,3 @@ def test_without_the_right_to_create_temporary_tables_batches_apply_without_bulk
         assert _rows(engine) == {1: "a2", 2: "b", 4: "d"}
         warnings = [r.getMessage() for r in caplog.records if "in bulk failed" in r.getMessage()]
         assert len(warnings) == 1 and "permission denied" in warnings[0]
-    finally:
-        engine.dispose()
